@@ -1,0 +1,216 @@
+"""The training configuration: one dataclass that is the flag set, the YAML schema and the saved hparams.
+
+Precedence: dataclass defaults < `--config FILE` (YAML of the same keys) < explicit flags. Dashes and
+underscores are interchangeable in YAML keys; an unknown key is an error.
+"""
+
+import argparse
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from seq2seq.errors import UserError
+
+
+def _opt(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class TrainConfig:
+    # model
+    model: Literal["rnn", "transformer"] = _opt("rnn", "model: the Bahdanau GRU or the Transformer")
+    score: Literal["additive", "dot", "scaled"] = _opt("additive", "attention scorer (rnn)")
+    emb_size: int = _opt(256, "embedding size (rnn)")
+    hidden_size: int = _opt(512, "GRU hidden size; the encoder gives each direction half (rnn)")
+    attn_size: int | None = _opt(None, "additive attention size; default: hidden size (rnn)")
+    enc_layers: int = _opt(1, "encoder GRU layers (rnn)")
+    d_model: int = _opt(256, "model width (transformer)")
+    heads: int = _opt(4, "attention heads (transformer)")
+    layers: int = _opt(3, "encoder and decoder layers each (transformer)")
+    ff_size: int = _opt(1024, "feed-forward inner size (transformer)")
+    post_ln: bool = _opt(False, "post-LN layers instead of pre-LN (transformer)")
+    dropout: float = _opt(0.3, "dropout on embeddings, between layers and on output features")
+    tie_embeddings: bool = _opt(
+        True, "share source, target and output embeddings (joint vocabulary)"
+    )
+    # data
+    dataset: str = _opt(
+        "multi30k", "corpus name: data/NAME/, ../shared/data/NAME/, or a hub dataset"
+    )
+    data_dir: str | None = _opt(None, "folder of <split>.<lang>[.gz] files (overrides --dataset)")
+    src: str = _opt("de", "source language")
+    tgt: str = _opt("en", "target language")
+    limit_train_pairs: int | None = _opt(None, "use only the first N training pairs")
+    vocab_size: int = _opt(8000, "joint sentencepiece vocabulary size")
+    max_len: int = _opt(100, "drop training pairs longer than this many subwords on either side")
+    batch_tokens: int = _opt(2048, "token budget per batch (padded tokens of the longer side)")
+    num_workers: int = _opt(0, "data loader worker processes")
+    # optimisation
+    lr: float = _opt(1e-3, "peak learning rate (Adam)")
+    warmup_steps: int = _opt(500, "linear warm-up steps before the cosine decay")
+    min_lr_ratio: float = _opt(0.1, "the cosine decay ends at lr * this ratio")
+    label_smoothing: float = _opt(0.1, "label smoothing of the cross-entropy")
+    clip_norm: float = _opt(1.0, "gradient-norm clipping (0: off)")
+    max_epochs: int = _opt(15, "stop after this many epochs")
+    max_steps: int = _opt(-1, "stop after this many updates (-1: no limit)")
+    val_every: int | None = _opt(None, "validate every N updates (default: once per epoch)")
+    patience: int = _opt(0, "stop after N validations without a better BLEU (0: never)")
+    val_beam: int = _opt(1, "beam size for validation BLEU (1: greedy)")
+    # run
+    seed: int = _opt(1, "random seed (weights, batch order, dropout)")
+    log_dir: str = _opt("lightning_logs", "where runs are written")
+    run_name: str | None = _opt(
+        None, "run folder under --log-dir (default: rnn-<score> or transformer)"
+    )
+    heatmap_every: int = _opt(500, "log alignment heatmaps every N updates (0: off)")
+    heatmap_sentences: int = _opt(4, "number of fixed validation sentences shown as heatmaps")
+    precision: str = _opt("32-true", "Lightning precision, e.g. 32-true, bf16-mixed")
+    accelerator: str = _opt("auto", "Lightning accelerator: cpu, gpu, auto")
+    devices: str = _opt("auto", "Lightning devices: a count, a list, or auto")
+    strategy: str = _opt("auto", "Lightning strategy, e.g. ddp")
+    resume: str | None = _opt(
+        None, "continue a run: a checkpoint PATH, or the latest run when no PATH"
+    )
+
+    @property
+    def name(self) -> str:
+        """The run folder's name."""
+        if self.run_name:
+            return self.run_name
+        return "transformer" if self.model == "transformer" else f"rnn-{self.score}"
+
+
+POSITIVE = (
+    "emb_size",
+    "hidden_size",
+    "enc_layers",
+    "d_model",
+    "heads",
+    "layers",
+    "ff_size",
+    "vocab_size",
+    "max_len",
+    "batch_tokens",
+    "max_epochs",
+    "val_beam",
+    "heatmap_sentences",
+)
+
+
+def validate(cfg: TrainConfig) -> TrainConfig:
+    """Range and choice checks (YAML values skip argparse's); each failure names its flag."""
+    hints = typing.get_type_hints(TrainConfig)
+    for f in dataclasses.fields(TrainConfig):
+        kind = _base_type(hints[f.name])
+        value = getattr(cfg, f.name)
+        if typing.get_origin(kind) is Literal and value not in typing.get_args(kind):
+            choices = ", ".join(typing.get_args(kind))
+            raise UserError(f"{_flag(f.name)} must be one of {choices}, got {value!r}")
+    for name in POSITIVE:
+        if getattr(cfg, name) <= 0:
+            raise UserError(f"{_flag(name)} must be positive, got {getattr(cfg, name)}")
+    for name in ("limit_train_pairs", "val_every", "attn_size"):
+        value = getattr(cfg, name)
+        if value is not None and value <= 0:
+            raise UserError(f"{_flag(name)} must be positive, got {value}")
+    for name in ("warmup_steps", "num_workers", "patience", "heatmap_every"):
+        if getattr(cfg, name) < 0:
+            raise UserError(f"{_flag(name)} must be zero or more, got {getattr(cfg, name)}")
+    if not 0.0 <= cfg.dropout < 1.0:
+        raise UserError(f"--dropout must be in [0, 1), got {cfg.dropout}")
+    if not 0.0 <= cfg.label_smoothing < 1.0:
+        raise UserError(f"--label-smoothing must be in [0, 1), got {cfg.label_smoothing}")
+    if cfg.lr <= 0:
+        raise UserError(f"--lr must be positive, got {cfg.lr}")
+    if cfg.max_steps == 0 or cfg.max_steps < -1:
+        raise UserError(f"--max-steps must be positive or -1, got {cfg.max_steps}")
+    if cfg.hidden_size % 2:
+        raise UserError(
+            f"--hidden-size must be even (each encoder direction gets half), got {cfg.hidden_size}"
+        )
+    if cfg.d_model % cfg.heads:
+        raise UserError(f"--d-model {cfg.d_model} is not divisible by --heads {cfg.heads}")
+    if cfg.src == cfg.tgt:
+        raise UserError(f"--src and --tgt are both {cfg.src!r}")
+    return cfg
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _base_type(annotation: Any) -> Any:
+    """int | None -> int; Literal[...] stays as it is."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        return next(a for a in typing.get_args(annotation) if a is not type(None))
+    return annotation
+
+
+def build_parser(description: str | None = None) -> argparse.ArgumentParser:
+    """One flag per TrainConfig field; choices from Literal types; --help shows every default."""
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument(
+        "--config", metavar="FILE", help="YAML file of these keys; flags override it"
+    )
+    hints = typing.get_type_hints(TrainConfig)
+    for f in dataclasses.fields(TrainConfig):
+        kind = _base_type(hints[f.name])
+        kwargs: dict[str, Any] = {"default": f.default, "help": f.metadata["help"]}
+        if f.name == "resume":
+            kwargs.update(nargs="?", const="latest", metavar="PATH")
+        elif kind is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif typing.get_origin(kind) is Literal:
+            kwargs["choices"] = typing.get_args(kind)
+        else:
+            kwargs["type"] = kind
+        parser.add_argument(_flag(f.name), dest=f.name, **kwargs)
+    return parser
+
+
+def read_yaml(path: str) -> dict[str, Any]:
+    """Read a YAML config; keys may use dashes or underscores. Unknown keys and bad files are errors."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except OSError as err:
+        raise UserError(f"--config {path}: cannot read it ({err.strerror})") from None
+    except yaml.YAMLError as err:
+        raise UserError(f"--config {path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"--config {path}: expected a mapping of flag names to values")
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    values = {str(key).replace("-", "_"): value for key, value in data.items()}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise UserError(f"--config {path}: unknown key(s) {', '.join(unknown)}")
+    return values
+
+
+def parse_args(argv: list[str] | None = None) -> TrainConfig:
+    """Flags (and an optional YAML file) -> a validated TrainConfig."""
+    parser = build_parser("Train an attention-based translator (see README.md).")
+    known, _ = parser.parse_known_args(argv)
+    if known.config:
+        parser.set_defaults(**read_yaml(known.config))
+    args = vars(parser.parse_args(argv))
+    args.pop("config")
+    return validate(TrainConfig(**args))
+
+
+def config_from_dict(values: dict[str, Any], origin: str) -> TrainConfig:
+    """Rebuild a config saved in a checkpoint; keys this version does not know mean another version."""
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise UserError(
+            f"{origin}: written by another version of seq2seq (unknown keys {', '.join(unknown)})"
+        )
+    return TrainConfig(**values)

@@ -1,0 +1,74 @@
+import dataclasses
+
+import pytest
+
+from seq2seq.config import TrainConfig, build_parser, config_from_dict, parse_args
+from seq2seq.errors import UserError
+
+
+def test_defaults_need_no_flags() -> None:
+    cfg = parse_args([])
+    assert cfg == TrainConfig()
+    assert cfg.name == "rnn-additive"
+
+
+def test_every_field_has_a_flag_with_its_default_in_help() -> None:
+    text = build_parser().format_help()
+    for f in dataclasses.fields(TrainConfig):
+        assert "--" + f.name.replace("_", "-") in text
+    assert "{additive,dot,scaled}" in text and "(default: 2048)" in text
+
+
+def test_flags_override_yaml_which_overrides_defaults(tmp_path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text("score: dot\nbatch-tokens: 512\nlr: 3.0e-4\ntie_embeddings: false\n")
+    cfg = parse_args(["--config", str(path), "--batch-tokens", "1024"])
+    assert (cfg.score, cfg.batch_tokens, cfg.lr, cfg.tie_embeddings) == ("dot", 1024, 3e-4, False)
+
+
+def test_unknown_yaml_key_is_named(tmp_path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text("scroe: dot\n")
+    with pytest.raises(UserError, match="unknown key.*scroe"):
+        parse_args(["--config", str(path)])
+
+
+def test_bad_choice_in_yaml_names_the_flag(tmp_path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text("score: cosine\n")
+    with pytest.raises(UserError, match="--score must be one of additive, dot, scaled"):
+        parse_args(["--config", str(path)])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--batch-tokens", "0"], "--batch-tokens must be positive"),
+        (["--dropout", "1.5"], "--dropout must be in"),
+        (["--hidden-size", "63"], "--hidden-size must be even"),
+        (["--max-steps", "0"], "--max-steps must be positive or -1"),
+        (["--src", "en", "--tgt", "en"], "--src and --tgt"),
+    ],
+)
+def test_out_of_range_flags_are_named(argv: list[str], message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        parse_args(argv)
+
+
+def test_bad_choice_on_the_command_line_exits_2(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["--score", "cosine"])
+    assert exit_info.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_resume_takes_an_optional_path() -> None:
+    assert parse_args(["--resume"]).resume == "latest"
+    assert parse_args(["--resume", "x.ckpt"]).resume == "x.ckpt"
+    assert parse_args([]).resume is None
+
+
+def test_saved_config_from_another_version_is_refused() -> None:
+    values = dataclasses.asdict(TrainConfig()) | {"future_knob": 1}
+    with pytest.raises(UserError, match="another version.*future_knob"):
+        config_from_dict(values, "x.ckpt")
