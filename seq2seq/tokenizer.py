@@ -1,0 +1,143 @@
+"""One joint SentencePiece model for both languages, with fixed special ids.
+
+The serialized model proto (`to_bytes`) is what travels inside checkpoints, so a checkpoint alone can
+encode sources and decode hypotheses.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import sentencepiece as spm
+
+from seq2seq.errors import UserError
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+
+class Tokenizer:
+    """Subword tokenizer: `encode` gives ids without BOS/EOS; the data pipeline adds them."""
+
+    def __init__(self, processor: spm.SentencePieceProcessor) -> None:
+        specials = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
+        if specials != (PAD, UNK, BOS, EOS):
+            raise UserError(
+                f"sentencepiece model has special ids pad/unk/bos/eos = {specials}, "
+                f"expected {(PAD, UNK, BOS, EOS)}"
+            )
+        self._sp = processor
+
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int, model_type: str = "unigram") -> Tokenizer:
+        """Train a model in memory on `texts` (both sides of the training split)."""
+        model = io.BytesIO()
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(texts),
+                model_writer=model,
+                vocab_size=vocab_size,
+                model_type=model_type,
+                pad_id=PAD,
+                unk_id=UNK,
+                bos_id=BOS,
+                eos_id=EOS,
+                character_coverage=1.0,
+                num_threads=os.cpu_count() or 1,
+                minloglevel=2,  # sentencepiece otherwise prints hundreds of lines to stderr
+            )
+        except RuntimeError as err:
+            # The C++ message carries the reachable maximum: "... Please set it to a value <= 35."
+            found = re.search(r"value <= (\d+)", str(err))
+            if found:
+                raise UserError(
+                    f"--vocab-size {vocab_size} is too large for this corpus "
+                    f"(at most {found.group(1)})"
+                ) from None
+            reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+            raise UserError(
+                f"sentencepiece could not train with --vocab-size {vocab_size}: {reason}"
+            ) from None
+        return cls.from_bytes(model.getvalue())
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Tokenizer:
+        """Load a serialized model proto, as written by `to_bytes`."""
+        processor = spm.SentencePieceProcessor()
+        try:
+            processor.LoadFromSerializedProto(data)
+        except (RuntimeError, OSError, TypeError) as err:
+            raise UserError(f"not a sentencepiece model ({len(data)} bytes): {err}") from None
+        return cls(processor)
+
+    def to_bytes(self) -> bytes:
+        return self._sp.serialized_model_proto()
+
+    @property
+    def vocab_size(self) -> int:
+        return self._sp.vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self._sp.encode(text, out_type=int)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        # One C++ call for the whole list; sentencepiece spreads it over its own threads.
+        return self._sp.encode(texts, out_type=int)
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of `ids`, ignoring PAD and BOS and everything from the first EOS on."""
+        kept = []
+        for i in ids:
+            if i == EOS:
+                break
+            if i not in (PAD, BOS):
+                kept.append(int(i))
+        return self._sp.decode(kept)
+
+    def pieces(self, ids: list[int]) -> list[str]:
+        """Subword strings of `ids` (for attention plot axes)."""
+        return [self._sp.id_to_piece(int(i)) for i in ids]
+
+    def __getstate__(self) -> dict[str, bytes]:
+        # The SWIG processor does not pickle; DataLoader workers and deepcopy need this.
+        return {"model": self.to_bytes()}
+
+    def __setstate__(self, state: dict[str, bytes]) -> None:
+        self._sp = Tokenizer.from_bytes(state["model"])._sp
+
+
+def load_or_train_tokenizer(
+    cache_dir: Path, texts_fn: Callable[[], Iterable[str]], vocab_size: int, key: str
+) -> Tokenizer:
+    """Load `cache_dir/spm-{key}-v{vocab_size}.model`, or train it from `texts_fn()` and cache it.
+
+    Args:
+        cache_dir: folder for cached models (created if missing).
+        texts_fn: called only on a cache miss; yields the training sentences.
+        vocab_size: number of pieces, specials included.
+        key: corpus identity and settings (name, langs, limit, file hash); must be filename-safe.
+    """
+    cache_dir = Path(cache_dir)
+    path = cache_dir / f"spm-{key}-v{vocab_size}.model"
+    if path.exists():
+        try:
+            return Tokenizer.from_bytes(path.read_bytes())
+        except UserError as err:
+            raise UserError(f"{path}: {err} (delete it to retrain)") from None
+    tokenizer = Tokenizer.train(texts_fn(), vocab_size)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    # Write beside the target, then rename: a crash (or a second process) never sees half a model.
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(tokenizer.to_bytes())
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; the cache is shared like the data
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return tokenizer

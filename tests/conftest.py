@@ -1,0 +1,81 @@
+"""Shared fixtures: a synthetic German/English corpus and a tokenizer trained on it."""
+
+import os
+
+os.environ["HF_DATASETS_OFFLINE"] = "1"  # before anything imports datasets: tests never download
+
+import random
+from pathlib import Path
+
+import pytest
+
+from seq2seq.tokenizer import Tokenizer
+
+# A word-for-word dictionary: the mapping is learnable, and sentences differ in length (3-9 words).
+LEXICON = {
+    "der": "the",
+    "ein": "a",
+    "zwei": "two",
+    "drei": "three",
+    "rote": "red",
+    "kleine": "small",
+    "große": "big",
+    "alte": "old",
+    "junge": "young",
+    "hund": "dog",
+    "mann": "man",
+    "frau": "woman",
+    "kind": "child",
+    "ball": "ball",
+    "park": "park",
+    "straße": "street",
+    "wasser": "water",
+    "läuft": "runs",
+    "spielt": "plays",
+    "sitzt": "sits",
+    "springt": "jumps",
+    "trägt": "carries",
+    "sieht": "sees",
+    "im": "in the",
+    "auf": "on",
+    "mit": "with",
+    "und": "and",
+    "über": "over",
+}
+SIZES = {"train": 200, "val": 20, "test": 20}
+
+
+def make_pairs(n: int, seed: int) -> list[tuple[str, str]]:
+    """`n` seeded random sentence pairs built from `LEXICON`."""
+    rng = random.Random(seed)
+    words = list(LEXICON)
+    pairs = []
+    for _ in range(n):
+        de = [rng.choice(words) for _ in range(rng.randint(3, 9))]
+        pairs.append((" ".join(de).capitalize(), " ".join(LEXICON[w] for w in de).capitalize()))
+    return pairs
+
+
+def write_corpus(folder: Path, sizes: dict[str, int] = SIZES, seed: int = 0) -> Path:
+    """Write `<split>.de` / `<split>.en` files into `folder`; returns `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, (split, n) in enumerate(sizes.items()):
+        pairs = make_pairs(n, seed * 100 + i)
+        (folder / f"{split}.de").write_text("".join(de + "\n" for de, _ in pairs), "utf-8")
+        (folder / f"{split}.en").write_text("".join(en + "\n" for _, en in pairs), "utf-8")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with train (200), val (20) and test (20) pairs as `<split>.de` / `<split>.en`."""
+    return write_corpus(tmp_path_factory.mktemp("corpus") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_corpus: Path) -> Tokenizer:
+    """A joint ~100-piece sentencepiece model trained on both sides of the tiny training split."""
+    texts = []
+    for lang in ("de", "en"):
+        texts += (tiny_corpus / f"train.{lang}").read_text("utf-8").splitlines()
+    return Tokenizer.train(texts, vocab_size=100)

@@ -1,0 +1,154 @@
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import datasets
+import pytest
+
+from seq2seq import corpus
+from seq2seq.corpus import read_pairs, resolve_corpus
+from seq2seq.errors import UserError
+
+
+def _lines(folder: Path, name: str) -> list[str]:
+    return (folder / name).read_text("utf-8").splitlines()
+
+
+def test_resolution_order(
+    tmp_path: Path, tiny_corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared = tmp_path / "shared" / "data"
+    shutil.copytree(tiny_corpus, shared / "toy")
+    monkeypatch.setattr(corpus, "SHARED_DATA", shared)
+    monkeypatch.chdir(tmp_path)
+    assert resolve_corpus("toy").folder == shared / "toy"  # no data/toy here: the shared mirror
+    local = tmp_path / "data" / "toy"
+    shutil.copytree(tiny_corpus, local)
+    assert resolve_corpus("toy").folder == Path("data/toy")  # a local folder wins
+    assert resolve_corpus("toy", data_dir=str(tiny_corpus)).folder == tiny_corpus
+    with pytest.raises(UserError, match="--data-dir .*no such folder"):
+        resolve_corpus("toy", data_dir=str(tmp_path / "missing"))
+
+
+def test_unknown_name_offline_lists_places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(corpus, "SHARED_DATA", tmp_path / "shared")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError) as err:
+        resolve_corpus("no-such-corpus")
+    message = str(err.value)
+    assert str(tmp_path / "data" / "no-such-corpus") in message
+    assert str(tmp_path / "shared" / "no-such-corpus") in message
+    assert "hub" in message and "\n" not in message
+
+
+def test_reads_aligned_pairs_and_limit(tiny_corpus: Path) -> None:
+    source = resolve_corpus("tiny", data_dir=str(tiny_corpus))
+    assert source.splits() == ["test", "train", "val"] and source.langs("train") == ["de", "en"]
+    pairs = read_pairs(source, "train", "de", "en")
+    assert pairs.src == _lines(tiny_corpus, "train.de") and pairs.tgt == _lines(
+        tiny_corpus, "train.en"
+    )
+    first = read_pairs(source, "train", "en", "de", limit=7)
+    assert first.src == pairs.tgt[:7] and first.tgt == pairs.src[:7]
+
+
+def test_line_count_mismatch_names_both(tmp_path: Path) -> None:
+    (tmp_path / "train.de").write_text("a\nb\nc\n")
+    (tmp_path / "train.en").write_text("a\nb\n")
+    with pytest.raises(UserError, match=r"train\.de has 3 lines but .*train\.en has 2"):
+        read_pairs(resolve_corpus("x", str(tmp_path)), "train", "de", "en")
+
+
+def test_non_utf8_names_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "train.de").write_bytes("eins\nzwei\ndrei \xfc\n".encode("latin-1"))
+    (tmp_path / "train.en").write_text("one\ntwo\nthree\n")
+    with pytest.raises(UserError, match=r"train\.de line 3: not valid UTF-8"):
+        read_pairs(resolve_corpus("x", str(tmp_path)), "train", "de", "en")
+
+
+def test_unknown_split_or_language_lists_existing(tiny_corpus: Path) -> None:
+    source = resolve_corpus("tiny", data_dir=str(tiny_corpus))
+    with pytest.raises(UserError, match=r"no split 'dev2' \(it has: test, train, val\)"):
+        read_pairs(source, "dev2", "de", "en")
+    with pytest.raises(UserError, match=r"no language 'fr' \(it has: de, en\)"):
+        read_pairs(source, "train", "fr", "en")
+
+
+def test_empty_pairs_dropped_and_counted(tmp_path: Path) -> None:
+    (tmp_path / "train.de").write_text("eins\n\nzwei\ndrei\n  \nvier\n")
+    (tmp_path / "train.en").write_text("one\ntwo\n\nthree\nfour\nfour\n")
+    pairs = read_pairs(resolve_corpus("x", str(tmp_path)), "train", "de", "en")
+    assert (pairs.src, pairs.tgt, pairs.empty) == (
+        ["eins", "drei", "vier"],
+        ["one", "three", "four"],
+        3,
+    )
+
+
+def test_gz_tsv_jsonl_read_the_same_pairs(tmp_path: Path, tiny_corpus: Path) -> None:
+    de, en = _lines(tiny_corpus, "val.de"), _lines(tiny_corpus, "val.en")
+    layouts = {
+        "gz": {
+            f"val.{k}.gz": gzip.compress("\n".join(v).encode()) for k, v in [("de", de), ("en", en)]
+        },
+        "tsv": {"val.tsv": "".join(f"{d}\t{e}\n" for d, e in zip(de, en, strict=True)).encode()},
+        "tsv_header": {
+            "val.tsv": (
+                "en\tde\n" + "".join(f"{e}\t{d}\n" for d, e in zip(de, en, strict=True))
+            ).encode()
+        },
+        "jsonl": {
+            "val.jsonl": "".join(
+                json.dumps({"de": d, "en": e}) + "\n" for d, e in zip(de, en, strict=True)
+            ).encode()
+        },
+        "jsonl_translation": {
+            "val.jsonl": "".join(
+                json.dumps({"translation": {"en": e, "de": d}}) + "\n"
+                for d, e in zip(de, en, strict=True)
+            ).encode()
+        },
+    }
+    for name, files in layouts.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        for file, data in files.items():
+            (folder / file).write_bytes(data)
+        pairs = read_pairs(resolve_corpus(name, str(folder)), "val", "de", "en")
+        assert (pairs.src, pairs.tgt) == (de, en), name
+
+
+def test_bad_tsv_and_jsonl_rows_name_the_line(tmp_path: Path) -> None:
+    (tmp_path / "train.tsv").write_text("a\tb\nc\n")
+    with pytest.raises(UserError, match=r"train\.tsv line 2: 1 tab-separated columns"):
+        read_pairs(resolve_corpus("x", str(tmp_path)), "train", "de", "en")
+    (tmp_path / "train.tsv").unlink()
+    (tmp_path / "train.jsonl").write_text('{"de": "a", "en": "b"}\n{"de": "c"}\n')
+    with pytest.raises(UserError, match=r"train\.jsonl line 2: no 'de'/'en'"):
+        read_pairs(resolve_corpus("x", str(tmp_path)), "train", "de", "en")
+
+
+def test_hub_translation_and_flat_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = {"de": ["ein hund", "", "zwei"], "en": ["a dog", "x", "two"]}
+    flat = datasets.DatasetDict({"validation": datasets.Dataset.from_dict(rows)})
+    wmt = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict(
+                {
+                    "translation": [
+                        dict(zip(rows, r, strict=True)) for r in zip(*rows.values(), strict=True)
+                    ]
+                }
+            )
+        }
+    )
+    hubs = {"bentrevett/multi30k": flat, "wmt-like": wmt}
+    monkeypatch.setattr(datasets, "load_dataset", lambda hub_id, *config: hubs[hub_id])
+    monkeypatch.setattr(corpus, "SHARED_DATA", tmp_path / "shared")
+    monkeypatch.chdir(tmp_path)
+    for name, split in [("multi30k", "val"), ("wmt-like", "train")]:
+        source = resolve_corpus(name)
+        assert source.langs(source.find_split(split)) == ["de", "en"]
+        pairs = read_pairs(source, split, "de", "en")
+        assert (pairs.src, pairs.tgt, pairs.empty) == (["ein hund", "zwei"], ["a dog", "two"], 1)

@@ -1,0 +1,105 @@
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+
+from seq2seq import tokenizer as tok
+from seq2seq.errors import UserError
+from seq2seq.tokenizer import BOS, EOS, PAD, UNK, Tokenizer, load_or_train_tokenizer
+
+
+def _val_sentences(corpus: Path) -> list[str]:
+    return (corpus / "val.de").read_text("utf-8").splitlines()
+
+
+def test_special_ids(tiny_tokenizer: Tokenizer) -> None:
+    assert (PAD, UNK, BOS, EOS) == (0, 1, 2, 3)
+    assert tiny_tokenizer.pieces([PAD, UNK, BOS, EOS]) == ["<pad>", "<unk>", "<s>", "</s>"]
+    ids = tiny_tokenizer.encode("Der hund läuft")
+    assert ids and not {PAD, BOS, EOS} & set(ids)
+    assert tiny_tokenizer.vocab_size == 100
+
+
+def test_encode_decode_round_trip(tiny_tokenizer: Tokenizer, tiny_corpus: Path) -> None:
+    sentences = _val_sentences(tiny_corpus)
+    batch = tiny_tokenizer.encode_batch(sentences)
+    assert batch == [tiny_tokenizer.encode(s) for s in sentences]
+    assert [tiny_tokenizer.decode(ids) for ids in batch] == sentences
+
+
+def test_decode_skips_pad_bos_and_stops_at_eos(tiny_tokenizer: Tokenizer) -> None:
+    ids = tiny_tokenizer.encode("Ein kleine hund")
+    noisy = [BOS, *ids, EOS, *tiny_tokenizer.encode("und mehr"), PAD, PAD]
+    assert tiny_tokenizer.decode(noisy) == "Ein kleine hund"
+    assert len(tiny_tokenizer.pieces(ids)) == len(ids)
+
+
+def test_bytes_and_pickle_round_trip(tiny_tokenizer: Tokenizer, tiny_corpus: Path) -> None:
+    for copy in (
+        Tokenizer.from_bytes(tiny_tokenizer.to_bytes()),
+        pickle.loads(pickle.dumps(tiny_tokenizer)),
+    ):
+        sentences = _val_sentences(tiny_corpus)
+        assert copy.encode_batch(sentences) == tiny_tokenizer.encode_batch(sentences)
+        assert copy.to_bytes() == tiny_tokenizer.to_bytes()
+
+
+def test_bad_model_bytes_is_user_error() -> None:
+    with pytest.raises(UserError, match="not a sentencepiece model"):
+        Tokenizer.from_bytes(b"definitely not a model")
+
+
+def test_vocab_too_large_names_the_maximum(tiny_corpus: Path) -> None:
+    texts = (tiny_corpus / "train.de").read_text("utf-8").splitlines()
+    with pytest.raises(UserError, match=r"--vocab-size 50000 is too large .*at most \d+"):
+        Tokenizer.train(texts, vocab_size=50000)
+
+
+def _count_training(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = Tokenizer.train.__func__
+
+    def counting(cls, texts, vocab_size, model_type="unigram"):  # type: ignore[no-untyped-def]
+        calls.append(vocab_size)
+        return real(cls, texts, vocab_size, model_type)
+
+    monkeypatch.setattr(Tokenizer, "train", classmethod(counting))
+    return calls
+
+
+def test_cache_is_reused(
+    tmp_path: Path, tiny_corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _count_training(monkeypatch)
+    texts = lambda: (tiny_corpus / "train.en").read_text("utf-8").splitlines()  # noqa: E731
+    first = load_or_train_tokenizer(tmp_path, texts, 60, key="tiny-en")
+    path = tmp_path / "spm-tiny-en-v60.model"
+    mtime = path.stat().st_mtime_ns
+    second = load_or_train_tokenizer(tmp_path, texts, 60, key="tiny-en")
+    assert calls == [60] and path.stat().st_mtime_ns == mtime
+    assert second.to_bytes() == first.to_bytes()
+    load_or_train_tokenizer(tmp_path, texts, 70, key="tiny-en")  # other settings, other file
+    assert calls == [60, 70] and sorted(p.name for p in tmp_path.iterdir()) == [
+        "spm-tiny-en-v60.model",
+        "spm-tiny-en-v70.model",
+    ]
+
+
+def test_cache_write_is_atomic(
+    tmp_path: Path, tiny_corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def crash(src: str, dst: str) -> None:
+        raise KeyboardInterrupt  # a kill between writing and renaming
+
+    monkeypatch.setattr(tok.os, "replace", crash)
+    texts = lambda: (tiny_corpus / "train.en").read_text("utf-8").splitlines()  # noqa: E731
+    with pytest.raises(KeyboardInterrupt):
+        load_or_train_tokenizer(tmp_path, texts, 60, key="tiny-en")
+    assert os.listdir(tmp_path) == []  # neither a half model nor a stray temporary file
+
+
+def test_corrupt_cache_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "spm-k-v60.model").write_bytes(b"\x00garbage")
+    with pytest.raises(UserError, match="spm-k-v60.model"):
+        load_or_train_tokenizer(tmp_path, lambda: [], 60, key="k")
