@@ -4,8 +4,10 @@ import os
 
 os.environ["HF_DATASETS_OFFLINE"] = "1"  # before anything imports datasets: tests never download
 
+import importlib.util
 import random
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -79,3 +81,21 @@ def tiny_tokenizer(tiny_corpus: Path) -> Tokenizer:
     for lang in ("de", "en"):
         texts += (tiny_corpus / f"train.{lang}").read_text("utf-8").splitlines()
     return Tokenizer.train(texts, vocab_size=100)
+
+
+def load_script(name: str) -> ModuleType:
+    """Import `scripts/<name>.py` as a module, so tests call its `main(argv)` in-process."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"scripts_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def tiny_train_args(corpus: Path, log_dir: Path, *extra: str) -> list[str]:
+    """Flags for a seconds-long training run on the tiny corpus."""
+    return [
+        "--data-dir", str(corpus), "--vocab-size", "100", "--emb-size", "16", "--hidden-size", "32",
+        "--batch-tokens", "400", "--max-steps", "20", "--val-every", "10", "--log-dir", str(log_dir),
+        "--accelerator", "cpu", "--devices", "1", "--heatmap-every", "0", *extra,
+    ]  # fmt: skip

@@ -1,0 +1,52 @@
+"""End-to-end runs of scripts/train.py on the tiny corpus, in-process."""
+
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from tests.conftest import load_script, tiny_train_args, write_corpus
+
+train = load_script("train")
+
+
+def scalars(run_dir: Path, tag: str) -> list[float]:
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    return [event.value for event in events.Scalars(tag)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("score", ["additive", "dot", "scaled"])
+def test_train_writes_logs_and_checkpoints_and_loss_falls(
+    score, tiny_corpus, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)  # the data cache goes to ./data/cache
+    args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--score", score, "--max-steps", "40")
+    assert train.main(args + ["--lr", "3e-3", "--val-every", "20"]) == 0
+    run = tmp_path / "runs" / f"rnn-{score}" / "version_0"
+    assert (run / "hparams.yaml").read_text().count(f"score: {score}") == 1
+    assert list(run.glob("events.out.tfevents.*"))
+    assert (run / "checkpoints" / "last.ckpt").is_file()
+    assert len(list((run / "checkpoints").glob("best-*.ckpt"))) == 1
+    losses = scalars(run, "train/loss")
+    assert len(losses) >= 3 and losses[-1] < 0.95 * losses[0]
+    for tag in ("val/bleu", "val/loss", "val/ppl", "val/attn_entropy", "lr", "train/grad_norm",
+                "train/tokens_per_sec"):  # fmt: skip
+        assert scalars(run, tag), tag
+
+
+def test_mismatched_corpus_is_refused_with_both_counts(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    corpus = write_corpus(tmp_path / "bad", {"train": 30, "val": 5})
+    lines = (corpus / "train.en").read_text().splitlines()
+    (corpus / "train.en").write_text("\n".join(lines[:-1]) + "\n")
+    assert train.main(tiny_train_args(corpus, tmp_path / "runs")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "30" in err and "29" in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()  # nothing half-written
+
+
+def test_bad_flag_value_is_one_line_exit_2(tmp_path, capsys):
+    assert train.main(["--batch-tokens", "-5", "--log-dir", str(tmp_path / "runs")]) == 2
+    assert capsys.readouterr().err.strip() == "error: --batch-tokens must be positive, got -5"
