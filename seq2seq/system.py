@@ -12,7 +12,6 @@ from typing import Any
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from seq2seq import __version__
