@@ -18,7 +18,7 @@ from seq2seq import __version__
 from seq2seq.config import TrainConfig, config_from_dict
 from seq2seq.errors import UserError
 from seq2seq.metrics import attention_entropy, corpus_bleu, perplexity
-from seq2seq.models import build_model
+from seq2seq.models import Seq2Seq, build_model
 from seq2seq.search import translate_batch
 from seq2seq.tokenizer import Tokenizer
 
@@ -33,6 +33,21 @@ def smoothed_nll(logits: Tensor, target: Tensor, smoothing: float) -> tuple[Tens
     uniform = -log_probs.mean(-1)  # (N,) cross-entropy against the uniform distribution
     loss = (1.0 - smoothing) * nll + smoothing * uniform
     return loss.sum(), nll.sum()
+
+
+def batch_loss(
+    model: Seq2Seq, batch: dict[str, Tensor], label_smoothing: float
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Teacher-forced loss of a batch: smoothed loss sum, NLL sum, real token count, attention weights.
+
+    The output layer runs once, on the real target positions only: padding costs no V-sized work.
+    """
+    state = model.encode(batch["src"], batch["src_lens"], batch["src_mask"])
+    features, weights = model.decode(state, batch["tgt_in"])  # (B, T, O), (B, T, [N,] S)
+    mask = batch["tgt_mask"]  # (B, T)
+    logits = model.generator(features[mask])  # (N_tok, V)
+    loss_sum, nll_sum = smoothed_nll(logits, batch["tgt_out"][mask], label_smoothing)
+    return loss_sum, nll_sum, mask.sum(), weights
 
 
 class TranslationSystem(L.LightningModule):
@@ -53,14 +68,7 @@ class TranslationSystem(L.LightningModule):
         return [self.tokenizer.decode(ids) for ids in hyps.tokens]
 
     def _shared_step(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Loss sum, NLL sum, token count and mean attention entropy of a teacher-forced batch."""
-        state = self.model.encode(batch["src"], batch["src_lens"], batch["src_mask"])
-        features, weights = self.model.decode(state, batch["tgt_in"])  # (B, T, O), (B, T, [N,] S)
-        mask = batch["tgt_mask"]  # (B, T)
-        # The output layer runs once, on the real target positions only: padding costs no V-sized work.
-        logits = self.model.generator(features[mask])  # (N_tok, V)
-        loss_sum, nll_sum = smoothed_nll(logits, batch["tgt_out"][mask], self.cfg.label_smoothing)
-        return loss_sum, nll_sum, mask.sum(), weights
+        return batch_loss(self.model, batch, self.cfg.label_smoothing)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         loss_sum, nll_sum, tokens, _ = self._shared_step(batch)
