@@ -1,0 +1,290 @@
+"""The Transformer translator (Vaswani et al., 2017), built from seq2seq.attention.MultiHeadAttention.
+
+    x_0 = sqrt(H) emb(y) + PE(pos)       PE(pos, 2i) = sin(pos / 10000^(2i/H)), PE(pos, 2i+1) = cos(...)
+    pre-LN  (default):  x = x + Dropout(Sublayer(LN(x)))     and one final LN after the last layer
+    post-LN (post_ln):  x = LN(x + Dropout(Sublayer(x)))
+
+An encoder layer has two sublayers (self-attention, feed-forward); a decoder layer three (causal self-
+attention, cross-attention to the encoder output, feed-forward). The feed-forward is
+W_2 Dropout(ReLU(W_1 x)). Pre-LN trains stably without a long warm-up; post-LN is the original.
+
+Incremental decoding keeps, per decoder layer i, the self-attention keys and values of the steps so far
+(`self_k{i}`, `self_v{i}`: (B, N, t, D), one step longer after each `step`) and the cross-attention keys
+and values, projected once in `encode` (`cross_k{i}`, `cross_v{i}`: (B, N, S, D)); beside them the
+source mask `memory_mask` (B, S) and the next target position `pos` (B,). All are batch-first, so
+`reorder_state` serves beam search.
+
+Dimension letters: B batch, S source length, T target length, H d_model, N heads, D = H / N head size,
+F feed-forward size, V vocabulary, L layers.
+"""
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor, nn
+
+from seq2seq.attention import MultiHeadAttention
+from seq2seq.models import Seq2Seq, State
+
+if TYPE_CHECKING:
+    from seq2seq.config import TrainConfig
+
+
+class PositionalEncoding(nn.Module):
+    """The sinusoidal table PE (max_len, H), computed once; `forward` looks positions up in it."""
+
+    def __init__(self, d_model: int, max_len: int = 1024) -> None:
+        super().__init__()
+        position = torch.arange(max_len).unsqueeze(1)  # (max_len, 1)
+        inv_freq = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))  # (H/2,)
+        table = torch.zeros(max_len, d_model)  # (max_len, H)
+        table[:, 0::2] = torch.sin(position * inv_freq)
+        table[:, 1::2] = torch.cos(position * inv_freq)
+        # Not persistent: it is a function of the sizes, so checkpoints need not carry it.
+        self.register_buffer("table", table, persistent=False)
+
+    @property
+    def max_len(self) -> int:
+        return self.table.size(0)
+
+    def forward(self, positions: Tensor) -> Tensor:
+        """Args: positions (...) long. Returns (..., H)."""
+        return self.table[positions]
+
+
+def feed_forward(d_model: int, ff_size: int, dropout: float) -> nn.Sequential:
+    """W_2 Dropout(ReLU(W_1 x)): (..., H) -> (..., F) -> (..., H)."""
+    return nn.Sequential(
+        nn.Linear(d_model, ff_size), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ff_size, d_model)
+    )
+
+
+class _Layer(nn.Module):
+    """What encoder and decoder layers share: self-attention, feed-forward, and where the LayerNorm sits
+    around each sublayer (before it for pre-LN; after the residual sum for post-LN)."""
+
+    def __init__(
+        self,
+        d_model: int,
+        heads: int,
+        ff_size: int,
+        dropout: float,
+        attn_dropout: float,
+        post_ln: bool,
+    ) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, heads, attn_dropout)
+        self.ff = feed_forward(d_model, ff_size, dropout)
+        self.norm_self, self.norm_ff = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.post_ln = post_ln
+
+    def sublayer_input(self, x: Tensor, norm: nn.LayerNorm) -> Tensor:
+        return x if self.post_ln else norm(x)
+
+    def add(self, x: Tensor, y: Tensor, norm: nn.LayerNorm) -> Tensor:
+        """The residual sum of the stream x and a sublayer's output y, both (B, T, H)."""
+        x = x + self.dropout(y)
+        return norm(x) if self.post_ln else x
+
+    def feed_forward(self, x: Tensor) -> Tensor:
+        return self.add(x, self.ff(self.sublayer_input(x, self.norm_ff)), self.norm_ff)
+
+
+class EncoderLayer(_Layer):
+    """Self-attention over the source, then the feed-forward; each inside a residual."""
+
+    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
+        """Args: x (B, S, H); src_mask (B, S) bool. Returns (B, S, H)."""
+        h = self.sublayer_input(x, self.norm_self)
+        x = self.add(x, self.self_attn(h, h, h, key_padding_mask=src_mask)[0], self.norm_self)
+        return self.feed_forward(x)
+
+
+class DecoderLayer(_Layer):
+    """Causal self-attention, cross-attention to the encoder output, feed-forward; each inside a residual."""
+
+    def __init__(
+        self,
+        d_model: int,
+        heads: int,
+        ff_size: int,
+        dropout: float,
+        attn_dropout: float,
+        post_ln: bool,
+    ) -> None:
+        super().__init__(d_model, heads, ff_size, dropout, attn_dropout, post_ln)
+        self.cross_attn = MultiHeadAttention(d_model, heads, attn_dropout)
+        self.norm_cross = nn.LayerNorm(d_model)
+
+    def forward(
+        self,
+        x: Tensor,
+        cross_k: Tensor,
+        cross_v: Tensor,
+        memory_mask: Tensor,
+        cache: tuple[Tensor, Tensor] | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None, tuple[Tensor, Tensor] | None]:
+        """Args:
+            x: (B, T, H) target positions; cross_k, cross_v: (B, N, S, D); memory_mask: (B, S) bool.
+            cache: self-attention keys and values of the t earlier positions, (B, N, t, D) each; None
+                when x holds the whole prefix (teacher forcing).
+            need_weights: return the cross-attention weights.
+
+        Returns:
+            x (B, T, H), cross-attention weights (B, N, T, S) or None, and the grown cache (B, N, t + T, D)
+            or None.
+        """
+        h = self.sublayer_input(x, self.norm_self)
+        if cache is None:  # teacher forcing: the whole prefix at once, no cache to keep
+            y, _ = self.self_attn(h, h, h, causal=True)
+        else:
+            k, v = self.self_attn.project_kv(h, h)  # (B, N, T, D) each
+            k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)  # (B, N, t + T, D)
+            y, _ = self.self_attn.attend_kv(h, k, v, causal=True)
+            cache = k, v
+        x = self.add(x, y, self.norm_self)
+        h = self.sublayer_input(x, self.norm_cross)
+        y, weights = self.cross_attn.attend_kv(
+            h, cross_k, cross_v, memory_mask, need_weights=need_weights
+        )
+        return self.feed_forward(self.add(x, y, self.norm_cross)), weights, cache
+
+
+class TransformerSeq2Seq(Seq2Seq):
+    """Encoder-decoder Transformer over one joint vocabulary, with cached keys and values for `step`.
+
+    With `tie_embeddings`, the source embedding, target embedding and output layer share one matrix. The
+    embeddings start with std H^-0.5 and are scaled by sqrt(H), so the model reads unit-variance vectors
+    and the tied output layer starts with logits of std ~1; the linear layers start Xavier-uniform.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int = 256,
+        heads: int = 4,
+        layers: int = 3,
+        ff_size: int = 1024,
+        dropout: float = 0.3,
+        attn_dropout: float = 0.1,
+        post_ln: bool = False,
+        tie_embeddings: bool = True,
+        max_len: int = 1024,
+    ) -> None:
+        super().__init__()
+        self.d_model, self.heads = d_model, heads
+        sizes = (d_model, heads, ff_size, dropout, attn_dropout, post_ln)
+        self.encoder = nn.ModuleList(EncoderLayer(*sizes) for _ in range(layers))
+        self.decoder = nn.ModuleList(DecoderLayer(*sizes) for _ in range(layers))
+        # Pre-LN leaves the residual stream unnormalised: one LayerNorm closes each stack.
+        self.enc_norm = nn.Identity() if post_ln else nn.LayerNorm(d_model)
+        self.dec_norm = nn.Identity() if post_ln else nn.LayerNorm(d_model)
+        self.positions = PositionalEncoding(d_model, max_len)
+        self.dropout = nn.Dropout(dropout)
+        self.generator = nn.Linear(d_model, vocab_size)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        self.src_embedding = nn.Embedding(vocab_size, d_model, padding_idx=0)
+        self.tgt_embedding = (
+            self.src_embedding
+            if tie_embeddings
+            else nn.Embedding(vocab_size, d_model, padding_idx=0)
+        )
+        for embedding in {self.src_embedding, self.tgt_embedding}:
+            nn.init.normal_(embedding.weight, std=d_model**-0.5)
+            nn.init.zeros_(embedding.weight[0])
+        if tie_embeddings:
+            self.generator.weight = self.tgt_embedding.weight
+
+    @classmethod
+    def from_config(cls, cfg: "TrainConfig", vocab_size: int) -> "TransformerSeq2Seq":
+        """The model at the sizes in `cfg` (d_model, heads, layers, ff_size, dropout, post_ln, ...)."""
+        return cls(
+            vocab_size=vocab_size,
+            d_model=cfg.d_model,
+            heads=cfg.heads,
+            layers=cfg.layers,
+            ff_size=cfg.ff_size,
+            dropout=cfg.dropout,
+            post_ln=cfg.post_ln,
+            tie_embeddings=cfg.tie_embeddings,
+        )
+
+    def embed(self, embedding: nn.Embedding, tokens: Tensor, positions: Tensor) -> Tensor:
+        """sqrt(H) emb + PE, then dropout. Args: tokens (B, T); positions (T,) or (B, T). Returns (B, T, H)."""
+        x = embedding(tokens) * math.sqrt(self.d_model) + self.positions(positions)  # (B, T, H)
+        return self.dropout(x)
+
+    def _check_length(self, length: int, what: str) -> None:
+        if length > self.positions.max_len:
+            raise ValueError(f"{what} of {length} tokens exceeds max_len {self.positions.max_len}")
+
+    def encode(self, src: Tensor, src_lens: Tensor, src_mask: Tensor) -> State:
+        """Args: src (B, S) ids; src_lens (B,); src_mask (B, S) bool. Returns the decoder's initial state."""
+        B, S = src.shape
+        self._check_length(S, "a source")
+        positions = torch.arange(S, device=src.device)  # (S,)
+        x = self.embed(self.src_embedding, src, positions)  # (B, S, H)
+        for layer in self.encoder:
+            x = layer(x, src_mask)
+        memory = self.enc_norm(x)  # (B, S, H)
+        pos = torch.zeros(B, dtype=torch.long, device=src.device)  # (B,)
+        state = {"memory_mask": src_mask, "pos": pos}
+        for i, layer in enumerate(self.decoder):
+            # Cross-attention keys and values depend on the source only: projected once per sentence.
+            k, v = layer.cross_attn.project_kv(memory, memory)  # (B, N, S, D) each
+            empty = k[:, :, :0]  # (B, N, 0, D), in k's dtype (autocast's, when on)
+            state.update(
+                {f"cross_k{i}": k, f"cross_v{i}": v, f"self_k{i}": empty, f"self_v{i}": empty}
+            )
+        return state
+
+    def _decode(
+        self, state: State, x: Tensor, incremental: bool
+    ) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+        """The decoder stack over embedded targets x (B, T, H); shared by `decode` and `step`.
+
+        Returns features (B, T, H), last-layer cross-attention weights (B, N, T, S) and the grown caches.
+        """
+        caches = {}
+        for i, layer in enumerate(self.decoder):
+            cache = (state[f"self_k{i}"], state[f"self_v{i}"]) if incremental else None
+            x, weights, cache = layer(
+                x,
+                state[f"cross_k{i}"],
+                state[f"cross_v{i}"],
+                state["memory_mask"],
+                cache,
+                need_weights=i == len(self.decoder) - 1,
+            )
+            if incremental:
+                caches[f"self_k{i}"], caches[f"self_v{i}"] = cache
+        return self.dec_norm(x), weights, caches
+
+    def decode(self, state: State, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
+        """Teacher-forced, from the state `encode` returned. Args: tgt_in (B, T).
+
+        Returns features (B, T, H) and the last decoder layer's cross-attention weights (B, T, N, S).
+        """
+        T = tgt_in.size(1)
+        self._check_length(T, "a target")
+        positions = torch.arange(T, device=tgt_in.device)  # (T,)
+        x = self.embed(self.tgt_embedding, tgt_in, positions)  # (B, T, H)
+        features, weights, _ = self._decode(state, x, incremental=False)
+        return features, weights.transpose(1, 2)  # (B, T, H), (B, T, N, S)
+
+    def step(self, state: State, prev: Tensor) -> tuple[Tensor, Tensor, State]:
+        """Args: prev (B,) previous tokens. Returns logits (B, V), weights (B, N, S), the new state."""
+        # The cache length is the position of every row, known without reading `pos` from the device.
+        self._check_length(state["self_k0"].size(2) + 1, "an output")
+        pos = state["pos"]  # (B,)
+        x = self.embed(self.tgt_embedding, prev.unsqueeze(1), pos.unsqueeze(1))  # (B, 1, H)
+        features, weights, caches = self._decode(state, x, incremental=True)
+        logits = self.generator(features.squeeze(1))  # (B, V)
+        return logits, weights.squeeze(2), {**state, **caches, "pos": pos + 1}  # (B, V), (B, N, S)
