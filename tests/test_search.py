@@ -1,0 +1,180 @@
+"""Greedy and beam search: invariants on tiny random GRU translators (no golden ids)."""
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from seq2seq.attention import lengths_to_mask
+from seq2seq.models import State
+from seq2seq.rnn import RNNSeq2Seq
+from seq2seq.search import (
+    beam_search,
+    gnmt_penalty,
+    greedy_search,
+    translate_batch,
+    translate_batches,
+)
+from seq2seq.tokenizer import BOS, EOS
+
+V = 24
+
+
+def tiny_model(seed: int = 2, eos_bias: float = 0.3) -> RNNSeq2Seq:
+    """Untied output layer with unit-variance weights: peaked distributions, EOS at varied steps."""
+    torch.manual_seed(seed)
+    model = RNNSeq2Seq(V, emb_size=8, hidden_size=12, dropout=0.0, tie_embeddings=False).eval()
+    nn.init.normal_(model.generator.weight, std=1.0)
+    with torch.no_grad():
+        model.generator.bias[EOS] = eos_bias
+    return model
+
+
+def tiny_batch(lens: list[int], seed: int = 102) -> tuple[Tensor, Tensor, Tensor]:
+    torch.manual_seed(seed)
+    src_lens = torch.tensor(lens)
+    src_mask = lengths_to_mask(src_lens)  # (B, S)
+    src = torch.randint(4, V, src_mask.shape).masked_fill(~src_mask, 0)  # (B, S)
+    return src, src_lens, src_mask
+
+
+def rescore(model: RNNSeq2Seq, src: Tensor, lens: Tensor, mask: Tensor, ids: list[int]):
+    """Teacher-forced total log-prob of ids + EOS for one sentence, and its weights (len + 1, S)."""
+    tgt_in = torch.tensor([[BOS, *ids]])  # (1, L + 1)
+    logits, weights = model(src[None], lens[None], mask[None], tgt_in)  # (1, L + 1, V)
+    log_probs = logits.log_softmax(-1)[0]  # (L + 1, V)
+    total = log_probs.gather(1, torch.tensor([*ids, EOS])[:, None]).sum()
+    return total, weights[0, :, : int(lens)]
+
+
+@pytest.mark.parametrize("seed", [2, 3, 4, 5])
+def test_beam_one_equals_greedy(seed: int) -> None:
+    model, (src, lens, mask) = tiny_model(seed), tiny_batch([7, 5, 3, 1, 6, 2], seed + 100)
+    greedy = greedy_search(model, src, lens, mask)
+    beam = beam_search(model, src, lens, mask, beam=1, length_penalty=1.0)
+    assert beam.tokens == greedy.tokens
+    torch.testing.assert_close(beam.scores, greedy.scores)
+    for b, g in zip(beam.weights, greedy.weights, strict=True):
+        torch.testing.assert_close(b, g)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_nbest_sorted_and_scores_are_the_models(alpha: float) -> None:
+    model, (src, lens, mask) = tiny_model(), tiny_batch([7, 5, 3, 1, 6, 2])
+    hyps = beam_search(model, src, lens, mask, beam=4, length_penalty=alpha, nbest=3)
+    for b, nbest in enumerate(hyps.nbest):
+        assert len(nbest.tokens) == 3
+        assert (nbest.normalized[:-1] >= nbest.normalized[1:]).all()  # best first
+        for ids, score, norm, weights in zip(
+            nbest.tokens, nbest.scores, nbest.normalized, nbest.weights, strict=True
+        ):
+            assert EOS not in ids and BOS not in ids
+            total, forced = rescore(model, src[b], lens[b], mask[b], ids)
+            torch.testing.assert_close(score, total, atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(norm, score / gnmt_penalty(len(ids) + 1, alpha))
+            # The back-tracked weights are those of the hypothesis, not of whatever beam held its slot.
+            torch.testing.assert_close(weights, forced, atol=1e-5, rtol=1e-4)
+    assert hyps.tokens == [h.tokens[0] for h in hyps.nbest]
+
+
+def test_beam_is_not_worse_than_greedy_under_the_model() -> None:
+    # Beam search is no guarantee (the greedy path can fall out of the beam), so we ask for the
+    # total over a few models and most sentences, with alpha = 0 so both rank by log-probability.
+    better, total_beam, total_greedy = [], 0.0, 0.0
+    for seed in range(2, 6):
+        model, (src, lens, mask) = tiny_model(seed), tiny_batch([7, 5, 3, 1, 6, 2], seed + 100)
+        greedy = greedy_search(model, src, lens, mask)
+        beam = beam_search(model, src, lens, mask, beam=5, length_penalty=0.0)
+        better += (beam.scores >= greedy.scores - 1e-4).tolist()
+        total_beam += float(beam.scores.sum())
+        total_greedy += float(greedy.scores.sum())
+    assert total_beam > total_greedy
+    assert sum(better) >= 0.9 * len(better)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_sentence_decodes_the_same_alone_and_in_a_padded_batch(beam: int) -> None:
+    model, (src, lens, mask) = tiny_model(), tiny_batch([7, 5, 3, 1, 6, 2])
+    batch = {"src": src, "src_lens": lens, "src_mask": mask}
+    together = translate_batch(model, batch, beam=beam)
+    for b in range(len(lens)):
+        n = int(lens[b])
+        alone = translate_batch(
+            model,
+            {
+                "src": src[b : b + 1, :n],
+                "src_lens": lens[b : b + 1],
+                "src_mask": mask[b : b + 1, :n],
+            },
+            beam=beam,
+        )
+        assert alone.tokens[0] == together.tokens[b]
+        torch.testing.assert_close(alone.scores[0], together.scores[b], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(alone.weights[0], together.weights[b], atol=1e-5, rtol=1e-4)
+
+
+class EOSModel(RNNSeq2Seq):
+    """A translator that all but insists on EOS, and counts its decoder steps."""
+
+    steps = 0
+
+    def step(self, state: State, prev: Tensor) -> tuple[Tensor, Tensor, State]:
+        self.steps += 1
+        logits, weights, state = super().step(state, prev)
+        return (
+            logits.index_add(1, torch.tensor([EOS]), torch.full((len(prev), 1), 50.0)),
+            weights,
+            state,
+        )
+
+
+@pytest.mark.parametrize("beam", [1, 5])
+def test_a_model_forced_to_emit_eos_stops_at_once(beam: int) -> None:
+    torch.manual_seed(0)
+    model = EOSModel(V, emb_size=8, hidden_size=12, dropout=0.0).eval()
+    src, lens, mask = tiny_batch([4, 2])
+    hyps = translate_batch(model, {"src": src, "src_lens": lens, "src_mask": mask}, beam=beam)
+    assert hyps.tokens == [[], []]
+    assert [w.shape for w in hyps.weights] == [(1, 4), (1, 2)]
+    assert model.steps <= (1 if beam > 1 else 4)  # greedy checks for the end every 4 steps
+
+
+def test_nbest_must_fit_in_the_beam() -> None:
+    model, (src, lens, mask) = tiny_model(), tiny_batch([3])
+    with pytest.raises(ValueError, match="nbest"):
+        beam_search(model, src, lens, mask, beam=2, nbest=3)
+
+
+class TwoHeadModel(RNNSeq2Seq):
+    """Reports its attention as two identical heads, (B, N, S), like a multi-head model."""
+
+    def step(self, state: State, prev: Tensor) -> tuple[Tensor, Tensor, State]:
+        logits, weights, state = super().step(state, prev)
+        return logits, torch.stack([weights, weights], 1), state  # (B, 2, S)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+@pytest.mark.parametrize("heads", [False, True])
+def test_weights_cover_each_output_token_and_sum_to_one(beam: int, heads: bool) -> None:
+    torch.manual_seed(2)
+    model = (TwoHeadModel if heads else RNNSeq2Seq)(
+        V, emb_size=8, hidden_size=12, dropout=0.0
+    ).eval()
+    src, lens, mask = tiny_batch([7, 5, 3, 1])
+    hyps = translate_batch(model, {"src": src, "src_lens": lens, "src_mask": mask}, beam=beam)
+    for ids, weights, n in zip(hyps.tokens, hyps.weights, lens.tolist(), strict=True):
+        assert weights.shape == ((len(ids) + 1, 2, n) if heads else (len(ids) + 1, n))
+        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+
+
+def test_translate_batches_returns_sentences_in_index_order() -> None:
+    model, (src, lens, mask) = tiny_model(), tiny_batch([7, 5, 3, 1, 6, 2])
+    whole = translate_batch(model, {"src": src, "src_lens": lens, "src_mask": mask}, beam=2)
+    parts = [[4, 0, 2], [5, 1, 3]]  # two batches, shuffled positions
+    batches = [
+        {"src": src[p], "src_lens": lens[p], "src_mask": mask[p], "index": torch.tensor(p)}
+        for p in parts
+    ]
+    ordered = translate_batches(model, batches, beam=2)
+    assert ordered.tokens == whole.tokens
+    torch.testing.assert_close(ordered.scores, whole.scores, atol=1e-4, rtol=1e-4)
+    assert len(ordered.nbest) == 6 and ordered.normalized.shape == (6,)
