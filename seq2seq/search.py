@@ -1,12 +1,12 @@
-"""Decoding over the model interface of seq2seq.models: encode once, then `step`, reordering for beams.
+"""Decoding over the model interface of seq2seq.models: encode once, then `step`, reorder for beams.
 
-Beam search keeps, per sentence, K open ("alive") hypotheses that never contain EOS and up to K finished
-ones, all as (B, K) tensors, so one step is a handful of tensor ops for the whole batch (Wu et al., 2016,
-as in tensor2tensor): of the 2K best extensions, EOS ones ranked within the first K are finished (scored
-with the GNMT length penalty lp(L) = ((5 + L) / 6)^alpha, L counting EOS), the best K others stay open.
-A sentence is done when K hypotheses have finished, when no open one can still beat its n-th best
-finished one, or at its length limit; done sentences leave the batch. Tokens and attention weights are
-recovered at the end by following the back-pointers, so nothing is copied along the beams per step.
+Beam search keeps, per sentence, K open hypotheses (never containing EOS) and the K best finished
+ones, all as (B, K) tensors, so a step is a handful of tensor ops for the whole batch. Of the 2K best
+extensions, the EOS ones ranked within the first K finish (as in fairseq, so beam 1 is greedy),
+scored by the GNMT length penalty lp(L) = ((5 + L) / 6)^alpha with L counting EOS; the best K others
+stay open. A sentence is done when K hypotheses have finished, when no open one can still beat its
+n-th best finished one, or at its length limit; done sentences leave the batch. Tokens and attention
+weights are recovered at the end through the back-pointers: nothing is copied along beams per step.
 
 Dimension letters: B batch, A sentences still open, K beam, S source length, T steps, V vocabulary,
 N heads (multi-head models).
@@ -65,7 +65,7 @@ def greedy_search(
     max_len_ratio: float = 1.5,
     max_len_extra: int = 10,
 ) -> Hypotheses:
-    """Pick the most likely token at each step until every sentence has emitted EOS or reached its limit.
+    """Pick the most likely token at each step until every sentence has ended (EOS or its limit).
 
     Args:
         src: (B, S) source ids; src_lens: (B,); src_mask: (B, S) bool.
@@ -121,7 +121,7 @@ def beam_search(
         src: (B, S) source ids; src_lens: (B,); src_mask: (B, S) bool.
         beam: K, hypotheses kept open per sentence.
         length_penalty: alpha of the GNMT penalty; finished hypotheses are ranked by score / lp(len).
-        max_len_ratio, max_len_extra: a hypothesis ends (EOS forced) after ratio * src_len + extra tokens.
+        max_len_ratio, max_len_extra: EOS is forced after ratio * src_len + extra tokens.
         nbest: how many finished hypotheses to return per sentence (<= beam), in `Hypotheses.nbest`.
 
     Returns:
@@ -131,7 +131,7 @@ def beam_search(
         raise ValueError(f"nbest must be between 1 and the beam size {beam}, got {nbest}")
     B, K, dev = src.size(0), beam, src.device
     alpha = length_penalty
-    # Encoding (and the projection of the keys) happens once per sentence; the K copies are tiled rows.
+    # Encoding (keys projected included) runs once per sentence; its K copies are tiled rows.
     state = reorder_state(
         model.encode(src, src_lens, src_mask), torch.arange(B, device=dev).repeat_interleave(K)
     )
@@ -145,15 +145,15 @@ def beam_search(
     fin_end = torch.zeros((B, K), dtype=torch.long, device=dev)  # (B, K) step of the EOS
     fin_from = torch.zeros((B, K), dtype=torch.long, device=dev)  # (B, K) beam that emitted it
     hist_tokens, hist_from, hist_weights = [], [], []  # per step, (B, K) and (B, K, [N,] S)
+    in_beam = torch.arange(2 * K, device=dev) < K  # (2K,) candidate ranks that fit in the beam
     for t in range(int(limits.max())):
         A = active.numel()
         logits, weights, state = model.step(state, prev)  # (A * K, V), (A * K, [N,] S)
         V = logits.size(-1)
         log_probs = logits.float().log_softmax(-1)  # (A * K, V)
         log_probs[:, NEVER] = -torch.inf
-        at_limit = (limits[active] <= t + 1).repeat_interleave(
-            K
-        )  # (A * K,) EOS is all they may emit
+        # A row at its sentence's length limit may only end: EOS is all it can emit.
+        at_limit = (limits[active] <= t + 1).repeat_interleave(K)  # (A * K,)
         log_probs.masked_fill_(at_limit[:, None] & (torch.arange(V, device=dev) != EOS), -torch.inf)
         cand = (alive[:, :, None] + log_probs.view(A, K, V)).view(A, K * V)  # (A, K * V)
         cand_scores, cand_idx = cand.topk(2 * K, dim=1)  # (A, 2K), sorted
@@ -163,9 +163,7 @@ def beam_search(
         open_scores, open_pos = cand_scores.masked_fill(is_eos, -torch.inf).topk(K, dim=1)  # (A, K)
         open_from, open_tok = cand_from.gather(1, open_pos), cand_tok.gather(1, open_pos)  # (A, K)
         # Finished: EOS extensions that would have been in the beam (rank < K), merged with the old.
-        ends = (
-            is_eos & (torch.arange(2 * K, device=dev) < K) & (cand_scores > -torch.inf)
-        )  # (A, 2K)
+        ends = is_eos & in_beam & (cand_scores > -torch.inf)  # (A, 2K)
         new_norm = (cand_scores / gnmt_penalty(t + 1, alpha)).masked_fill(~ends, -torch.inf)
         merged_norm = torch.cat([fin_norm[active], new_norm], 1)  # (A, 3K)
         fin_norm_a, pos = merged_norm.topk(K, dim=1)  # (A, K)
@@ -180,20 +178,18 @@ def beam_search(
         hist_from.append(open_from.new_zeros((B, K)).index_copy_(0, active, open_from))
         w = weights.view(A, K, *weights.shape[1:])  # (A, K, [N,] S)
         hist_weights.append(w.new_zeros((B, *w.shape[1:])).index_copy_(0, active, w))
-        # Done: K finished, or the best open beam cannot beat the n-th finished even at its best length.
+        # Done: K finished, or the best open beam cannot beat the n-th finished at any length.
         limit_a = limits[active]  # (A,)
         best_lp = gnmt_penalty(limit_a, alpha).clamp_min(gnmt_penalty(t + 2, alpha))  # (A,)
         bound = open_scores[:, 0] / best_lp  # (A,) open scores are <= 0, so a larger lp only helps
         done = (fin_norm_a[:, K - 1] > -torch.inf) | (fin_norm_a[:, nbest - 1] >= bound)
         done |= limit_a <= t + 1
-        keep = (
-            (~done).nonzero().squeeze(1)
-        )  # (A',)  one host sync per step, which also shrinks work
+        # One host sync per step; it pays for itself by dropping done sentences from the batch.
+        keep = (~done).nonzero().squeeze(1)  # (A',)
         if keep.numel() == 0:
             break
-        rows = (keep[:, None] * K + open_from[keep]).view(
-            -1
-        )  # (A' * K,) reorder and shrink at once
+        # Reorder the beams and drop done sentences in one index_select per state tensor.
+        rows = (keep[:, None] * K + open_from[keep]).view(-1)  # (A' * K,)
         state = reorder_state(state, rows)
         prev = open_tok[keep].view(-1)  # (A' * K,)
         alive = open_scores[keep]  # (A', K)
@@ -214,7 +210,7 @@ def _backtrack(
     src_lens: Tensor,
     nbest: int,
 ) -> Hypotheses:
-    """Follow the back-pointers of the `nbest` best finished hypotheses of every sentence at once."""
+    """Follow the back-pointers of the `nbest` best finished hypotheses of all sentences at once."""
     B, T = fin_raw.size(0), len(hist_tokens)
     tokens, froms = torch.stack(hist_tokens), torch.stack(hist_from)  # (T, B, K)
     weights = torch.stack(hist_weights)  # (T, B, K, [N,] S)
@@ -279,10 +275,23 @@ def translate_batch(
 
 
 def translate_batches(
-    model: Seq2Seq, batches: Iterable[dict[str, Tensor]], **search: float
+    model: Seq2Seq,
+    batches: Iterable[dict[str, Tensor]],
+    beam: int = 1,
+    length_penalty: float = 1.0,
+    max_len_ratio: float = 1.5,
+    max_len_extra: int = 10,
+    nbest: int = 1,
 ) -> Hypotheses:
-    """Decode every batch (each with an `index` (B,) of sentence positions) and return the
-    hypotheses of all sentences in `index` order. `search` holds `translate_batch`'s options."""
+    """Decode every batch (each with an `index` (B,) of sentence positions) with `translate_batch`
+    and return the hypotheses of all sentences in `index` order, scores on the CPU."""
+    search = dict(
+        beam=beam,
+        length_penalty=length_penalty,
+        max_len_ratio=max_len_ratio,
+        max_len_extra=max_len_extra,
+        nbest=nbest,
+    )
     order: list[int] = []
     parts: list[Hypotheses] = []
     for batch in batches:
@@ -292,13 +301,13 @@ def translate_batches(
     flat = [(h, i) for h in parts for i in range(len(h.tokens))]
     picked = [flat[r] for r in rank]
     scores = torch.cat([h.scores.cpu() for h in parts])[rank] if parts else torch.zeros(0)
-    nbest = None
+    lists = None  # n-best lists come from beam search only
     if parts and parts[0].nbest is not None:
-        nbest = [h.nbest[i] for h, i in picked]
+        lists = [h.nbest[i] for h, i in picked]
     return Hypotheses(
         tokens=[h.tokens[i] for h, i in picked],
         scores=scores,
         weights=[h.weights[i] for h, i in picked],
-        normalized=torch.cat([h.normalized.cpu() for h in parts])[rank] if nbest else None,
-        nbest=nbest,
+        normalized=torch.cat([h.normalized.cpu() for h in parts])[rank] if lists else None,
+        nbest=lists,
     )

@@ -162,9 +162,9 @@ def read_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
     try:
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # torch raises several types for a truncated or non-checkpoint file
-        reason = str(err).strip().splitlines()[0][:120] if str(err).strip() else type(err).__name__
         raise UserError(
-            f"{path}: not a readable checkpoint (truncated or corrupt? {reason})"
+            f"{path}: not a readable checkpoint (truncated, corrupt or not a checkpoint: "
+            f"{type(err).__name__})"
         ) from None
     hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
     if (

@@ -99,3 +99,28 @@ def tiny_train_args(corpus: Path, log_dir: Path, *extra: str) -> list[str]:
         "--batch-tokens", "400", "--max-steps", "20", "--val-every", "10", "--log-dir", str(log_dir),
         "--accelerator", "cpu", "--devices", "1", "--heatmap-every", "0", *extra,
     ]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`last.ckpt` of a GRU trained once per session (~300 updates) on a private copy of the tiny
+    corpus, `<root>/corpus`, which tests may hide to show that the checkpoint alone is enough."""
+    import contextlib
+    import shutil
+
+    import torch
+
+    root = tmp_path_factory.mktemp("tiny_run")
+    corpus = shutil.copytree(tiny_corpus, root / "corpus")
+    args = tiny_train_args(corpus, root / "runs", "--max-steps", "300", "--max-epochs", "1000",
+                           "--val-every", "150", "--lr", "1e-2", "--warmup-steps", "30",
+                           "--dropout", "0", "--label-smoothing", "0", "--emb-size", "32",
+                           "--hidden-size", "64")  # fmt: skip
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a model this small only loses to thread handoffs on a shared machine
+    try:
+        with contextlib.chdir(root):  # the data cache goes to ./data/cache
+            assert load_script("train").main(args) == 0
+    finally:
+        torch.set_num_threads(threads)
+    return root / "runs" / "rnn-additive" / "version_0" / "checkpoints" / "last.ckpt"

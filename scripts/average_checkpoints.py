@@ -1,0 +1,101 @@
+"""Average the weights of checkpoints of one run, as fairseq, OpenNMT-py and Joey NMT offer.
+
+    python scripts/average_checkpoints.py run/checkpoints/best-*.ckpt run/checkpoints/last.ckpt --out avg.ckpt
+
+The result is a checkpoint like any other for evaluate.py and translate.py (config and tokenizer inside),
+written atomically. Checkpoints whose model, data or tokenizer differ are refused: their parameters do not
+live in one space, so their mean means nothing. The averaged file carries no optimizer state: it is for
+decoding, not for resuming.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from seq2seq.errors import UserError
+
+# Keys that may change between checkpoints of one run (a resumed run can raise --max-steps, ...).
+RUN_CONTROL = {
+    "max_epochs", "max_steps", "resume", "val_every", "patience", "val_beam", "heatmap_every",
+    "heatmap_sentences", "accelerator", "devices", "strategy", "precision", "num_workers", "log_dir",
+}  # fmt: skip
+KEPT = ("epoch", "global_step", "pytorch-lightning_version", "hparams_name", "hyper_parameters",
+        "seq2seq_version", "tokenizer")  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="Average the weights of checkpoints of one run.")
+    parser.add_argument("checkpoints", nargs="+", metavar="CKPT", help="two or more .ckpt files")
+    parser.add_argument("--out", required=True, metavar="FILE", help="the averaged checkpoint")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        out = average_checkpoints(args.checkpoints, args.out)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"averaged {len(args.checkpoints)} checkpoints into {out}")
+    return 0
+
+
+def average_checkpoints(paths: list[str], out: str | Path) -> Path:
+    """Mean of the floating-point weights of `paths`, saved to `out` with the first one's config."""
+    from seq2seq.checkpointing import atomic_save
+    from seq2seq.system import read_checkpoint
+
+    if len(paths) < 2:
+        raise UserError(f"averaging needs two or more checkpoints, got {len(paths)}")
+    first = read_checkpoint(paths[0])
+    total = {
+        name: value.double() if value.is_floating_point() else value
+        for name, value in first["state_dict"].items()
+    }
+    for path in paths[1:]:
+        other = read_checkpoint(path)
+        check_same_run(paths[0], first, path, other)
+        for name, value in other["state_dict"].items():
+            if value.is_floating_point():
+                total[name] += value.double()  # float64 sums: no rounding drift over many files
+    state = {}
+    for name, value in first["state_dict"].items():
+        state[name] = (
+            (total[name] / len(paths)).to(value.dtype) if value.is_floating_point() else value
+        )
+    averaged = {key: first[key] for key in KEPT if key in first}
+    averaged["state_dict"] = state
+    averaged["averaged_from"] = [str(p) for p in paths]
+    out = Path(out)
+    try:
+        atomic_save(averaged, out)
+    except OSError as err:
+        raise UserError(f"--out {out}: cannot write ({err.strerror})") from None
+    return out
+
+
+def check_same_run(name_a: str, a: dict[str, Any], name_b: str, b: dict[str, Any]) -> None:
+    """Refuse checkpoints whose model, data or tokenizer differ, naming the first difference."""
+    config_a, config_b = a["hyper_parameters"]["config"], b["hyper_parameters"]["config"]
+    for key in sorted(set(config_a) | set(config_b)):
+        if key not in RUN_CONTROL and config_a.get(key) != config_b.get(key):
+            raise UserError(
+                f"{name_a} and {name_b} come from different configs "
+                f"({key}: {config_a.get(key)!r} vs {config_b.get(key)!r}); refusing to average them"
+            )
+    if a["tokenizer"] != b["tokenizer"]:
+        raise UserError(
+            f"{name_a} and {name_b} carry different tokenizers; refusing to average them"
+        )
+    shapes_a = {k: tuple(v.shape) for k, v in a["state_dict"].items()}
+    shapes_b = {k: tuple(v.shape) for k, v in b["state_dict"].items()}
+    if shapes_a != shapes_b:
+        raise UserError(
+            f"{name_a} and {name_b} hold different parameters; refusing to average them"
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,279 @@
+"""Score a checkpoint with sacreBLEU: `python scripts/evaluate.py CKPT [--split test] [--beam 5]`.
+
+The checkpoint alone is enough with `--src-file S --ref-file R`; with `--split`, the corpus named in the
+checkpoint's config is read again (data/<name>/, ../shared/data/<name>/ or the hub). Prints BLEU and chrF
+with their signatures, the number of sentences and sentences/second, and writes the hypotheses (one per
+line, in input order) to `--out`, by default next to the checkpoint.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+from seq2seq.errors import UserError
+from seq2seq.tokenizer import EOS, PAD
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Translate a test set with a checkpoint and score it with sacreBLEU.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("checkpoint", metavar="CKPT", help="a .ckpt written by scripts/train.py")
+    parser.add_argument(
+        "--split", choices=("val", "test"), default="test", help="split of the training corpus"
+    )
+    parser.add_argument(
+        "--src-file", metavar="S", help="source sentences, one per line (instead of --split)"
+    )
+    parser.add_argument("--ref-file", metavar="R", help="references, line-aligned with --src-file")
+    add_search_flags(parser)
+    parser.add_argument(
+        "--out", metavar="FILE", help="hypotheses file (default: beside the checkpoint)"
+    )
+    parser.add_argument(
+        "--json", metavar="FILE", help="also write the results as JSON ('-': stdout)"
+    )
+    parser.add_argument("--lowercase", action="store_true", help="case-insensitive BLEU")
+    return parser
+
+
+def add_search_flags(parser: argparse.ArgumentParser) -> None:
+    """Decoding and batching flags, shared in spirit with translate.py."""
+    parser.add_argument("--beam", type=int, default=5, help="beam size (1: greedy search)")
+    parser.add_argument(
+        "--length-penalty", type=float, default=1.0, help="GNMT length penalty alpha"
+    )
+    parser.add_argument(
+        "--max-len-ratio", type=float, default=1.5, help="output limit: ratio * source length"
+    )
+    parser.add_argument("--max-len-extra", type=int, default=10, help="... + this many tokens")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument(
+        "--batch-tokens", type=int, default=4096, help="source-token budget per batch"
+    )
+    size.add_argument(
+        "--batch-size", type=int, help="sentences per batch (instead of --batch-tokens)"
+    )
+    parser.add_argument(
+        "--device", default="auto", help="cpu, cuda, cuda:1, ... (auto: cuda if available)"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        result = evaluate(args)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    report(result, args.json)
+    return 0
+
+
+def evaluate(args: argparse.Namespace) -> dict[str, Any]:
+    """Translate, score and write the hypotheses; returns the results as a JSON-ready dict."""
+    check_flags(args)
+    import seq2seq.data  # noqa: F401  imported here so that the timing below is decoding alone
+    from seq2seq.metrics import corpus_bleu, corpus_chrf
+    from seq2seq.system import load_system
+
+    device = pick_device(args.device)
+    files = read_files(args) if args.src_file is not None else None  # bad files fail fast
+    system = load_system(args.checkpoint, map_location="cpu").to(device)
+    sources, references, data = files or read_split(args, system.cfg)
+    if not sources:
+        raise UserError(f"no sentences to evaluate in {data}")
+    start = time.perf_counter()
+    hypotheses = translate_sentences(system, sources, args)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - start
+    out = write_lines(hypotheses, args.out or default_out(args))
+    bleu = corpus_bleu(hypotheses, references, lowercase=args.lowercase)
+    chrf = corpus_chrf(hypotheses, references)
+    result = {
+        "checkpoint": str(args.checkpoint),
+        "data": data,
+        "bleu": bleu.value,
+        "bleu_signature": bleu.signature,
+        "chrf": chrf.value,
+        "chrf_signature": chrf.signature,
+        "sentences": len(sources),
+        "seconds": seconds,
+        "sentences_per_second": len(sources) / max(seconds, 1e-9),
+        "beam": args.beam,
+        "length_penalty": args.length_penalty,
+        "device": str(device),
+        "hypotheses": str(out),
+    }
+    if args.json and args.json != "-":
+        write_lines([json.dumps(result, indent=2)], args.json, "--json")
+    return result
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    if (args.src_file is None) != (args.ref_file is None):
+        raise UserError("--src-file and --ref-file go together")
+    for flag in ("beam", "batch_tokens", "batch_size", "max_len_extra"):
+        value = getattr(args, flag, None)
+        if value is not None and value < (0 if flag == "max_len_extra" else 1):
+            raise UserError(f"--{flag.replace('_', '-')} must be positive, got {value}")
+    if args.max_len_ratio <= 0:
+        raise UserError(f"--max-len-ratio must be positive, got {args.max_len_ratio}")
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"--device {name}: not a device (try cpu or cuda)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"--device {name}: no CUDA device here")
+    return device
+
+
+def read_files(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
+    """Sources, references and a description of them, from --src-file and --ref-file."""
+    sources, references = read_lines(args.src_file), read_lines(args.ref_file)
+    if len(sources) != len(references):
+        raise UserError(
+            f"{args.src_file} has {len(sources)} lines but {args.ref_file} has {len(references)}"
+        )
+    return sources, references, f"{args.src_file} -> {args.ref_file}"
+
+
+def read_split(args: argparse.Namespace, cfg: Any) -> tuple[list[str], list[str], str]:
+    """Sources, references and a description of them, from --split of the checkpoint's corpus."""
+    from seq2seq.corpus import read_pairs, resolve_corpus
+
+    try:
+        source = resolve_corpus(cfg.dataset, cfg.data_dir)
+        split = pick_split(source, args.split)
+        pairs = read_pairs(source, split, cfg.src, cfg.tgt)
+    except UserError as err:
+        raise UserError(
+            f"--split {args.split}: {err} (or give --src-file and --ref-file)"
+        ) from None
+    return pairs.src, pairs.tgt, f"{source.location} {split} ({cfg.src}-{cfg.tgt})"
+
+
+def pick_split(source: Any, split: str) -> str:
+    """The corpus's own name for `split`; for Multi30k, `test` is test_2016_flickr (as in training)."""
+    if split == "test":
+        for name in ("test_2016_flickr", "test"):
+            if name in source.splits():
+                return name
+    return source.find_split(split)
+
+
+def read_lines(path: str) -> list[str]:
+    """Lines of a UTF-8 text file, split on '\\n' only (as sacrebleu reads them)."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as err:
+        raise UserError(f"{path}: cannot read ({err.strerror})") from None
+    try:
+        text = raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise UserError(
+            f"{path} line {line}: not valid UTF-8 (byte 0x{raw[err.start]:02x})"
+        ) from None
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the final newline ends the last line
+    return [line.removesuffix("\r") for line in lines]
+
+
+def translate_sentences(system: Any, sentences: list[str], args: argparse.Namespace) -> list[str]:
+    """Detokenized translations in input order; a blank source line gets a blank hypothesis."""
+    from seq2seq.search import translate_batches
+
+    tokenizer = system.tokenizer
+    kept = [i for i, s in enumerate(sentences) if s.strip()]
+    hyps = translate_batches(
+        system.model,
+        source_batches(tokenizer, [sentences[i] for i in kept], args.batch_tokens, args.batch_size),
+        beam=args.beam,
+        length_penalty=args.length_penalty,
+        max_len_ratio=args.max_len_ratio,
+        max_len_extra=args.max_len_extra,
+    )
+    out = [""] * len(sentences)
+    for i, ids in zip(kept, hyps.tokens, strict=True):
+        out[i] = tokenizer.decode(ids)
+    return out
+
+
+def source_batches(
+    tokenizer: Any, sentences: list[str], batch_tokens: int, batch_size: int | None
+) -> Iterable[dict[str, torch.Tensor]]:
+    """Length-sorted source batches by token budget, or by sentence count with `batch_size`."""
+    from seq2seq.data import source_loader
+
+    if batch_size is None:
+        return source_loader(tokenizer, sentences, batch_tokens)
+    ids = [[*s, EOS] for s in tokenizer.encode_batch(sentences)] if sentences else []
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths pad least
+    batches = []
+    for k in range(0, len(order), batch_size):
+        chunk = order[k : k + batch_size]
+        src = pad_sequence(
+            [torch.tensor(ids[i]) for i in chunk], batch_first=True, padding_value=PAD
+        )
+        src_lens = torch.tensor([len(ids[i]) for i in chunk])  # (B,)
+        src_mask = torch.arange(src.size(1)) < src_lens[:, None]  # (B, S)
+        batches.append(
+            {"src": src, "src_lens": src_lens, "src_mask": src_mask, "index": torch.tensor(chunk)}
+        )
+    return batches
+
+
+def default_out(args: argparse.Namespace) -> Path:
+    """`<ckpt stem>.<split or src file>.beam<K>.hyp` beside the checkpoint; ./hyps.txt if that is read-only."""
+    data = Path(args.src_file).name if args.src_file else args.split
+    path = Path(args.checkpoint).with_name(
+        f"{Path(args.checkpoint).stem}.{data}.beam{args.beam}.hyp"
+    )
+    return path if os.access(path.parent, os.W_OK) else Path("hyps.txt")
+
+
+def write_lines(lines: list[str], path: str | Path, flag: str = "--out") -> Path:
+    path = Path(path)
+    try:
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    except OSError as err:
+        raise UserError(f"{flag} {path}: cannot write ({err.strerror})") from None
+    return path
+
+
+def report(result: dict[str, Any], json_path: str | None) -> None:
+    """Human-readable lines on stdout (BLEU to 2 decimals, as `sacrebleu -b` prints it); JSON if asked."""
+    lines = [
+        f"data: {result['data']}",
+        f"BLEU = {result['bleu']:.2f}  {result['bleu_signature']}",
+        f"chrF = {result['chrf']:.2f}  {result['chrf_signature']}",
+        f"sentences: {result['sentences']}  {result['sentences_per_second']:.1f} sentences/s "
+        f"({result['seconds']:.2f} s, beam {result['beam']}, {result['device']})",
+        f"hypotheses: {result['hypotheses']}",
+    ]
+    if json_path == "-":  # stdout is the JSON alone, so it pipes into jq
+        print(json.dumps(result, indent=2))
+        print("\n".join(lines), file=sys.stderr)
+    else:
+        print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""scripts/evaluate.py, translate.py and average_checkpoints.py on a tiny trained checkpoint, in-process."""
+
+import io
+import json
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import load_script
+
+evaluate = load_script("evaluate")
+translate = load_script("translate")
+average = load_script("average_checkpoints")
+
+
+@pytest.fixture
+def no_corpus(
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    """Run from an empty folder with the checkpoint's training corpus out of reach; yields the
+    folder holding copies of its test split (`src.txt`, `ref.txt`)."""
+    corpus = tiny_checkpoint.parents[4] / "corpus"
+    shutil.copy(corpus / "test.de", tmp_path / "src.txt")
+    shutil.copy(corpus / "test.en", tmp_path / "ref.txt")
+    monkeypatch.chdir(tmp_path)
+    hidden = corpus.rename(corpus.with_name("hidden"))
+    try:
+        yield tmp_path
+    finally:
+        hidden.rename(corpus)
+
+
+def one_line_error(capsys: pytest.CaptureFixture) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.slow
+def test_bleu_from_the_checkpoint_alone_equals_sacrebleu_on_the_same_files(
+    tiny_checkpoint: Path, no_corpus: Path, capsys: pytest.CaptureFixture
+) -> None:
+    args = [str(tiny_checkpoint), "--src-file", "src.txt", "--ref-file", "ref.txt", "--beam", "5"]
+    assert evaluate.main([*args, "--out", "hyps.txt", "--json", "result.json"]) == 0
+    out = capsys.readouterr().out
+    printed = float(re.search(r"^BLEU = (\S+)", out, re.M).group(1))
+    cli = subprocess.run(
+        [sys.executable, "-m", "sacrebleu", "ref.txt", "-i", "hyps.txt", "-b", "-w", "2"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert printed > 0  # the tiny model has learned something, so the comparison means something
+    assert abs(printed - float(cli.stdout)) <= 0.01
+    assert "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp" in out and "chrF" in out
+    assert re.search(r"^sentences: 20 .* sentences/s", out, re.M)
+    result = json.loads(Path("result.json").read_text())
+    assert result["sentences"] == 20 and result["beam"] == 5
+    assert abs(result["bleu"] - printed) <= 0.005 and result["sentences_per_second"] > 0
+    assert result["bleu_signature"].startswith("nrefs:1") and result["chrf_signature"]
+    assert result["hypotheses"] == "hyps.txt"
+    assert len(Path("hyps.txt").read_text().splitlines()) == 20
+
+
+@pytest.mark.slow
+def test_split_is_read_from_the_corpus_named_in_the_checkpoint(
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert (
+        evaluate.main([str(tiny_checkpoint), "--split", "val", "--beam", "1", "--json", "-"]) == 0
+    )
+    result = json.loads(capsys.readouterr().out)
+    assert result["sentences"] == 20 and " val " in result["data"]
+    assert Path(result["hypotheses"]).parent == tiny_checkpoint.parent  # default: beside the ckpt
+
+
+@pytest.mark.slow
+def test_translate_gives_one_line_out_per_line_in(
+    tiny_checkpoint: Path, no_corpus: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    lines = (no_corpus / "src.txt").read_bytes().splitlines()[:4]
+    text = b"\n".join([lines[0], b"", lines[1], b"Ein \xff kind", b"  ", lines[2]]) + b"\n"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text)))
+    assert translate.main([str(tiny_checkpoint), "--beam", "3", "--plot-dir", "plots"]) == 0
+    captured = capsys.readouterr()
+    out = captured.out.split("\n")
+    assert len(out) == 7 and out[-1] == ""  # six lines, each ended by a newline
+    assert out[1] == "" and out[4] == ""
+    assert all(out[i] for i in (0, 2, 3, 5))
+    assert "line 4" in captured.err and "warning" in captured.err
+    assert sorted(p.name for p in Path("plots").iterdir()) == [
+        "000001.png",
+        "000003.png",
+        "000004.png",
+        "000006.png",
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["truncated", "missing", "foreign"])
+def test_a_bad_checkpoint_is_refused_in_one_line(
+    tiny_checkpoint: Path, no_corpus: Path, damage: str, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    bad = no_corpus / "bad.ckpt"
+    if damage == "truncated":
+        data = tiny_checkpoint.read_bytes()
+        bad.write_bytes(data[: len(data) // 2])
+    elif damage == "foreign":
+        torch.save({"state_dict": {"w": torch.zeros(2)}}, bad)
+    args = ["--src-file", "src.txt", "--ref-file", "ref.txt"]
+    assert evaluate.main([str(bad), *args]) == 2
+    assert "bad.ckpt" in one_line_error(capsys)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"Ein hund\n")))
+    assert translate.main([str(bad)]) == 2
+    assert "bad.ckpt" in one_line_error(capsys)
+
+
+@pytest.mark.slow
+def test_bad_input_files_are_refused_in_one_line(
+    tiny_checkpoint: Path, no_corpus: Path, capsys
+) -> None:
+    Path("short.txt").write_text("one\ntwo\n")
+    assert (
+        evaluate.main([str(tiny_checkpoint), "--src-file", "src.txt", "--ref-file", "short.txt"])
+        == 2
+    )
+    err = one_line_error(capsys)
+    assert "src.txt has 20 lines" in err and "short.txt has 2" in err
+    Path("latin1.txt").write_bytes("ok\nGrüße\n".encode("latin-1"))
+    assert (
+        evaluate.main([str(tiny_checkpoint), "--src-file", "latin1.txt", "--ref-file", "short.txt"])
+        == 2
+    )
+    assert "latin1.txt line 2" in one_line_error(capsys)
+    assert (
+        evaluate.main([str(tiny_checkpoint), "--src-file", "nope.txt", "--ref-file", "short.txt"])
+        == 2
+    )
+    assert "nope.txt" in one_line_error(capsys)
+    assert evaluate.main([str(tiny_checkpoint), "--split", "test"]) == 2  # the corpus is hidden
+    assert "--src-file" in one_line_error(capsys)
+
+
+@pytest.mark.slow
+def test_averaging_two_checkpoints_gives_the_mean_of_their_weights(
+    tiny_checkpoint: Path, tmp_path: Path, capsys
+) -> None:
+    a = torch.load(tiny_checkpoint, weights_only=True)
+    b = dict(
+        a,
+        state_dict={
+            k: v + torch.randn_like(v) if v.is_floating_point() else v
+            for k, v in a["state_dict"].items()
+        },
+    )
+    torch.save(b, tmp_path / "b.ckpt")
+    out = tmp_path / "avg.ckpt"
+    assert average.main([str(tiny_checkpoint), str(tmp_path / "b.ckpt"), "--out", str(out)]) == 0
+    mean = torch.load(out, weights_only=True)
+    assert mean["tokenizer"] == a["tokenizer"] and "optimizer_states" not in mean
+    for name, value in a["state_dict"].items():
+        torch.testing.assert_close(mean["state_dict"][name], (value + b["state_dict"][name]) / 2)
+    assert evaluate.main([str(out), "--src-file", str(tiny_checkpoint.parents[4] / "corpus" / "val.de"),
+                          "--ref-file", str(tiny_checkpoint.parents[4] / "corpus" / "val.en"),
+                          "--out", str(tmp_path / "h.txt")]) == 0  # fmt: skip
+    capsys.readouterr()
+    config = dict(a["hyper_parameters"]["config"], emb_size=8)
+    torch.save(
+        dict(a, hyper_parameters={**a["hyper_parameters"], "config": config}), tmp_path / "c.ckpt"
+    )
+    assert average.main([str(tiny_checkpoint), str(tmp_path / "c.ckpt"), "--out", str(out)]) == 2
+    assert "emb_size" in one_line_error(capsys)
