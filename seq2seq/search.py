@@ -146,18 +146,26 @@ def beam_search(
     fin_from = torch.zeros((B, K), dtype=torch.long, device=dev)  # (B, K) beam that emitted it
     hist_tokens, hist_from, hist_weights = [], [], []  # per step, (B, K) and (B, K, [N,] S)
     in_beam = torch.arange(2 * K, device=dev) < K  # (2K,) candidate ranks that fit in the beam
+    next_limit = int(limits.min())  # the nearest length limit among the open sentences
     for t in range(int(limits.max())):
         A = active.numel()
         logits, weights, state = model.step(state, prev)  # (A * K, V), (A * K, [N,] S)
         V = logits.size(-1)
         log_probs = logits.float().log_softmax(-1)  # (A * K, V)
         log_probs[:, NEVER] = -torch.inf
-        # A row at its sentence's length limit may only end: EOS is all it can emit.
-        at_limit = (limits[active] <= t + 1).repeat_interleave(K)  # (A * K,)
-        log_probs.masked_fill_(at_limit[:, None] & (torch.arange(V, device=dev) != EOS), -torch.inf)
-        cand = (alive[:, :, None] + log_probs.view(A, K, V)).view(A, K * V)  # (A, K * V)
+        if t + 1 >= next_limit:  # known on the host: most steps have no sentence at its limit
+            # A row at its sentence's length limit may only end: EOS is all it can emit.
+            at_limit = (limits[active] <= t + 1).repeat_interleave(K)  # (A * K,)
+            not_eos = torch.arange(V, device=dev) != EOS  # (V,)
+            log_probs.masked_fill_(at_limit[:, None] & not_eos, -torch.inf)
+        # Two-stage top-k: a row's best 2K tokens hold all the candidates the beam could keep from
+        # it, so neither the (A, K * V) sum nor a top-k over K * V entries is ever formed.
+        W = min(2 * K, V)
+        row_scores, row_tok = log_probs.topk(W, dim=1)  # (A * K, W)
+        cand = (alive[:, :, None] + row_scores.view(A, K, W)).view(A, K * W)  # (A, K * W)
         cand_scores, cand_idx = cand.topk(2 * K, dim=1)  # (A, 2K), sorted
-        cand_from, cand_tok = cand_idx // V, cand_idx % V  # (A, 2K) beam and token
+        cand_from = cand_idx // W  # (A, 2K) the beam each candidate extends
+        cand_tok = row_tok.view(A, K * W).gather(1, cand_idx)  # (A, 2K)
         is_eos = cand_tok == EOS  # (A, 2K)
         # Open beams: the best K extensions that are not EOS (there are at least K of them).
         open_scores, open_pos = cand_scores.masked_fill(is_eos, -torch.inf).topk(K, dim=1)  # (A, K)
@@ -188,6 +196,8 @@ def beam_search(
         keep = (~done).nonzero().squeeze(1)  # (A',)
         if keep.numel() == 0:
             break
+        if keep.numel() < A:
+            next_limit = int(limits[active[keep]].min())
         # Reorder the beams and drop done sentences in one index_select per state tensor.
         rows = (keep[:, None] * K + open_from[keep]).view(-1)  # (A' * K,)
         state = reorder_state(state, rows)
