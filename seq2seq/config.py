@@ -57,7 +57,7 @@ class TrainConfig:
     min_lr_ratio: float = _opt(0.1, "the cosine decay ends at lr * this ratio")
     label_smoothing: float = _opt(0.1, "label smoothing of the cross-entropy")
     clip_norm: float = _opt(1.0, "gradient-norm clipping (0: off)")
-    max_epochs: int = _opt(15, "stop after this many epochs")
+    max_epochs: int = _opt(12, "stop after this many epochs")
     max_steps: int = _opt(-1, "stop after this many updates (-1: no limit)")
     val_every: int | None = _opt(None, "validate every N updates (default: once per epoch)")
     patience: int = _opt(0, "stop after N validations without a better BLEU (0: never)")
