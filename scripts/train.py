@@ -46,7 +46,7 @@ def train(cfg: TrainConfig) -> int:
     from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.loggers import TensorBoardLogger
 
-    from seq2seq.callbacks import TokensPerSecond
+    from seq2seq.callbacks import AttentionHeatmaps, TokensPerSecond
     from seq2seq.data import TranslationDataModule
     from seq2seq.system import TranslationSystem
 
@@ -76,7 +76,10 @@ def train(cfg: TrainConfig) -> int:
         auto_insert_metric_name=False,
         save_last=True,
     )
-    trainer = build_trainer(cfg, [checkpoints, TokensPerSecond()], logger)
+    callbacks = [checkpoints, TokensPerSecond()]
+    if cfg.heatmap_every > 0:
+        callbacks.append(AttentionHeatmaps(cfg.heatmap_every, cfg.heatmap_sentences))
+    trainer = build_trainer(cfg, callbacks, logger)
     if trainer.is_global_zero:
         print(
             f"Logging to {logger.log_dir}; watch it with:\n"
