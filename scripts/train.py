@@ -1,15 +1,18 @@
 """Train a translator: `python scripts/train.py --score additive` (see --help for every flag)."""
 
 import dataclasses
+import os
 import sys
 import warnings
 
 from seq2seq.config import TrainConfig, parse_args
-from seq2seq.errors import UserError
+from seq2seq.errors import TrainingDiverged, UserError
 
 
 def build_trainer(cfg: TrainConfig, callbacks: list, logger) -> "L.Trainer":  # noqa: F821
     import lightning as L
+
+    from seq2seq.checkpointing import AtomicCheckpointIO
 
     val_kwargs = (
         {"val_check_interval": cfg.val_every, "check_val_every_n_epoch": None}
@@ -25,6 +28,7 @@ def build_trainer(cfg: TrainConfig, callbacks: list, logger) -> "L.Trainer":  # 
         max_steps=cfg.max_steps,
         logger=logger,
         callbacks=callbacks,
+        plugins=[AtomicCheckpointIO()],  # a kill during a save keeps the previous checkpoint
         num_sanity_val_steps=0,
         use_distributed_sampler=False,  # the data module shards its own token-budget batches
         log_every_n_steps=min(50, max(1, (cfg.val_every or 150) // 3)),
@@ -37,20 +41,44 @@ def main(argv: list[str] | None = None) -> int:
         cfg = parse_args(argv)
         return train(cfg)
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
+        _print_error(err)
         return 2
+    except TrainingDiverged as err:
+        _print_error(err)
+        return 3
+
+
+def _print_error(err: Exception) -> None:
+    # DDP re-runs this script once per extra rank (LOCAL_RANK set); one message is enough.
+    if os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0":
+        print(f"error: {err}", file=sys.stderr)
 
 
 def train(cfg: TrainConfig) -> int:
     import lightning as L
-    from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.loggers import TensorBoardLogger
 
     from seq2seq.callbacks import AttentionHeatmaps, TokensPerSecond
+    from seq2seq.checkpointing import (
+        check_fits,
+        check_writable,
+        checkpoint_callbacks,
+        read_resumable,
+        remove_stale_temporaries,
+        resume_plan,
+    )
     from seq2seq.data import TranslationDataModule
+    from seq2seq.guards import NonFiniteLossGuard
     from seq2seq.system import TranslationSystem
 
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    # Validation metrics come from outputs gathered across ranks: every rank logs the same value.
+    warnings.filterwarnings("ignore", ".*sync_dist=True.*")
+    # Bad input is refused before any data work: the run folder, the checkpoint to resume.
+    folder, ckpt_path = resume_plan(cfg.log_dir, cfg.name, cfg.resume)
+    flag = f"--log-dir {cfg.log_dir}" if folder.version is None else f"--resume {ckpt_path}"
+    check_writable(folder.path, flag)
+    checkpoint = read_resumable(ckpt_path) if ckpt_path else None
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     dm = TranslationDataModule(
         corpus=cfg.dataset,
@@ -68,24 +96,30 @@ def train(cfg: TrainConfig) -> int:
     dm.setup("fit")
     system = TranslationSystem(dataclasses.asdict(cfg), dm.vocab_size)
     system.tokenizer = dm.tokenizer
-    logger = TensorBoardLogger(cfg.log_dir, name=cfg.name, default_hp_metric=False)
-    checkpoints = ModelCheckpoint(
-        monitor="val/bleu",
-        mode="max",
-        filename="best-{step}",
-        auto_insert_metric_name=False,
-        save_last=True,
+    if checkpoint is not None:
+        check_fits(system, dm.tokenizer.to_bytes(), checkpoint, ckpt_path)
+        resumed_step, checkpoint = checkpoint["global_step"], None  # fit reloads it; free memory
+        warnings.filterwarnings("ignore", ".*exists and is not empty.*")  # it is ours, resumed
+        # The data module resumes mid-epoch itself (its state_dict), which Lightning cannot see.
+        warnings.filterwarnings("ignore", ".*dataloader is not resumable.*")
+    # version=None: the next version_N; a resumed run keeps logging into its own version folder.
+    logger = TensorBoardLogger(
+        folder.save_dir, name=folder.name, version=folder.version, default_hp_metric=False
     )
-    callbacks = [checkpoints, TokensPerSecond()]
+    ckpt_dir = os.path.join(logger.log_dir, "checkpoints")
+    callbacks = [*checkpoint_callbacks(ckpt_dir), TokensPerSecond(), NonFiniteLossGuard()]
     if cfg.heatmap_every > 0:
         callbacks.append(AttentionHeatmaps(cfg.heatmap_every, cfg.heatmap_sentences))
     trainer = build_trainer(cfg, callbacks, logger)
     if trainer.is_global_zero:
+        if ckpt_path is not None:
+            remove_stale_temporaries(ckpt_dir)  # left by a kill during a save
+            print(f"Resuming {ckpt_path} at step {resumed_step}")
         print(
             f"Logging to {logger.log_dir}; watch it with:\n"
-            f"  tensorboard --logdir {cfg.log_dir} --samples_per_plugin images=1000"
+            f"  tensorboard --logdir {folder.save_dir} --samples_per_plugin images=1000"
         )
-    trainer.fit(system, datamodule=dm)
+    trainer.fit(system, datamodule=dm, ckpt_path=ckpt_path)
     return 0
 
 

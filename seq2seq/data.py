@@ -56,6 +56,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.batch_tokens, self.shuffle, self.seed = batch_tokens, shuffle, seed
         self.num_replicas, self.rank, self.epoch = num_replicas, rank, 0
+        self.skip = 0  # batches to leave out of the next pass only (a run resumed mid-epoch)
 
     @property
     def sampler(self) -> TokenBudgetBatchSampler:
@@ -90,7 +91,9 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         return batches[self.rank :: replicas]
 
     def __iter__(self) -> Iterator[list[int]]:
-        return iter(self._batches())
+        # __len__ stays the full count: Lightning resumes its batch counter at the skipped ones.
+        batches, self.skip = self._batches()[self.skip :], 0
+        return iter(batches)
 
     def __len__(self) -> int:
         return len(self._batches())
@@ -162,6 +165,7 @@ class TranslationDataModule(L.LightningDataModule):
         self.datasets: dict[str, datasets.Dataset] = {}
         self.split_names: dict[str, str] = {}
         self.counts: dict[str, int] = {}
+        self._resume_at: tuple[int, int] | None = None  # (epoch, batches done) from a checkpoint
 
     def prepare_data(self) -> None:
         source = resolve_corpus(self.corpus, self.data_dir)
@@ -187,6 +191,17 @@ class TranslationDataModule(L.LightningDataModule):
             f"{source.location}: {sizes} pairs, vocab {self.vocab_size}; dropped: "
             f"{drops or 'none'} (too_long = over --max-len {self.max_len} subwords)"
         )
+
+    def state_dict(self) -> dict[str, int]:
+        """Where training stands in its epoch; saved in checkpoints for a mid-epoch resume."""
+        if self.trainer is None:
+            return {}
+        done = self.trainer.fit_loop.epoch_loop.batch_progress.current.completed
+        return {"epoch": self.trainer.current_epoch, "batches_done": done}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        if state:
+            self._resume_at = (state["epoch"], state["batches_done"])
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)
@@ -232,7 +247,11 @@ class TranslationDataModule(L.LightningDataModule):
         sampler = TokenBudgetBatchSampler(
             cost, self.batch_tokens, shuffle, self.seed, replicas, rank
         )
-        sampler.set_epoch(epoch)  # right on resume; Lightning sets it again at each epoch start
+        if shuffle and self._resume_at is not None:
+            # A resumed run: the order of the epoch it stopped in (seed + epoch), minus the batches
+            # already trained. Lightning builds this loader before it restores its own loop state.
+            (epoch, sampler.skip), self._resume_at = self._resume_at, None
+        sampler.set_epoch(epoch)  # Lightning sets it again at each epoch start
         return DataLoader(
             data, batch_sampler=sampler, collate_fn=collate, num_workers=self.num_workers
         )

@@ -1,0 +1,216 @@
+"""Checkpoints that survive a kill, and the run folder a training run writes to or resumes in.
+
+A kill -9 or a power cut during a plain `torch.save` leaves a truncated file where the last good
+checkpoint was. `AtomicCheckpointIO` writes to a temporary file in the same folder, fsyncs it and
+renames it over the target: `os.replace` is atomic within one filesystem, so readers see the old
+file or the new one, never half of one. (Lightning's own save goes through fsspec, whose local
+transaction stages the file in the system temp folder and moves it over: a copy, not a rename, when
+that folder is another filesystem, and never fsynced.)
+"""
+
+import contextlib
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from seq2seq.errors import UserError
+from seq2seq.system import TranslationSystem, read_checkpoint
+
+TEMP_SUFFIX = ".tmp"
+
+
+def atomic_save(obj: Any, path: str | Path) -> None:
+    """`torch.save(obj, path)` that leaves either the old file or the new one, never a torn one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Same folder as the target, so the rename below never crosses a filesystem.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            torch.save(obj, file)
+            file.flush()
+            os.fsync(file.fileno())  # the bytes reach the disk before the name points at them
+        os.chmod(tmp, 0o644)  # mkstemp makes the file private; checkpoints are shared like logs
+        os.replace(tmp, path)
+    except BaseException:  # KeyboardInterrupt too: no temporary file outlives a failed save
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_folder(path.parent)  # the rename itself survives a power cut
+
+
+def _fsync_folder(folder: Path) -> None:
+    with contextlib.suppress(OSError):  # some filesystems cannot open or sync a folder
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def remove_stale_temporaries(folder: str | Path) -> list[Path]:
+    """Delete temporary files that a killed `atomic_save` left in `folder`; returns them."""
+    stale = sorted(Path(folder).glob(f".*.ckpt.*{TEMP_SUFFIX}"))
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint I/O with an atomic save; loading and removal are Lightning's own."""
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None
+    ) -> None:
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} takes no storage_options")
+        atomic_save(checkpoint, path)
+
+
+class LastCheckpoint(ModelCheckpoint):
+    """`last.ckpt`: the newest training state, rewritten at every validation and when training ends.
+
+    Lightning's `save_last=True` rewrites last.ckpt only when a top-k checkpoint is saved, that is when
+    the monitored score improves; resuming needs the newest state whatever the score.
+    """
+
+    def __init__(self, dirpath: str | Path) -> None:
+        super().__init__(
+            dirpath=dirpath,
+            filename="last",
+            monitor=None,  # with save_top_k=1: one file, replaced at every validation
+            save_top_k=1,
+            enable_version_counter=False,  # a resumed run rewrites last.ckpt, never last-v1.ckpt
+        )
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Steps after the last validation (max_steps not a multiple of --val-every) are kept too.
+        if not self._should_skip_saving_checkpoint(trainer):
+            self._save_topk_checkpoint(trainer, self._monitor_candidates(trainer))
+
+
+def checkpoint_callbacks(dirpath: str | Path) -> list[ModelCheckpoint]:
+    """`best-<step>.ckpt` (highest validation BLEU) and `last.ckpt` in `dirpath`.
+
+    An explicit `dirpath` is stored resolved (Lightning applies realpath), so a resumed run finds the
+    same folder in the checkpoint's callback state and carries on its best-BLEU tracking.
+    """
+    best = ModelCheckpoint(
+        dirpath=dirpath,
+        monitor="val/bleu",
+        mode="max",
+        filename="best-{step}",
+        auto_insert_metric_name=False,  # "val/bleu=" in a file name would make a subfolder
+    )
+    return [best, LastCheckpoint(dirpath)]
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """Where a run logs: `save_dir/name/version_N`; `version` None means the next free N."""
+
+    save_dir: str
+    name: str
+    version: int | None = None
+
+    @property
+    def path(self) -> Path:
+        """The version folder, or the run folder above it while N is not chosen yet."""
+        run_dir = Path(self.save_dir) / self.name
+        return run_dir if self.version is None else run_dir / f"version_{self.version}"
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path:
+    """`run_dir/version_N/checkpoints/last.ckpt` of the highest N that has one."""
+    versions = []
+    for folder in Path(run_dir).glob("version_*"):
+        number = folder.name.removeprefix("version_")
+        if number.isdigit() and (folder / "checkpoints" / "last.ckpt").is_file():
+            versions.append((int(number), folder))
+    if not versions:
+        raise UserError(
+            f"--resume: nothing to resume in {run_dir} (no version_N/checkpoints/last.ckpt)"
+        )
+    return max(versions)[1] / "checkpoints" / "last.ckpt"
+
+
+def resume_plan(log_dir: str, name: str, resume: str | None) -> tuple[RunFolder, Path | None]:
+    """The run folder to log into and the checkpoint to resume from (None: a fresh run).
+
+    `resume` is None, "latest" (the newest run under `log_dir/name`) or a checkpoint path. A checkpoint
+    inside `<save_dir>/<name>/version_N/checkpoints/` continues that very folder, so TensorBoard curves,
+    best-BLEU tracking and checkpoints carry on where they stopped; one from anywhere else starts the
+    next version under `log_dir/name`.
+    """
+    if resume is None:
+        return RunFolder(log_dir, name), None
+    path = latest_checkpoint(Path(log_dir) / name) if resume == "latest" else Path(resume)
+    if not path.exists():
+        raise UserError(f"--resume {resume}: no such checkpoint")
+    if not path.is_file():
+        raise UserError(f"--resume {resume}: a folder, not a checkpoint file")
+    version_dir = path.parent.parent
+    number = version_dir.name.removeprefix("version_")
+    if path.parent.name == "checkpoints" and version_dir.name != number and number.isdigit():
+        run_dir = version_dir.parent
+        return RunFolder(str(run_dir.parent), run_dir.name, int(number)), path
+    return RunFolder(log_dir, name), path
+
+
+def check_writable(folder: str | Path, label: str) -> None:
+    """Refuse a log folder that cannot be written, before any work and without creating anything.
+
+    The nearest existing ancestor must be a folder in which a file can be created (tried for real:
+    permission bits say nothing about read-only mounts, and root ignores them). `label` starts the
+    message: the flag the folder came from.
+    """
+    probe = Path(folder)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UserError(f"{label}: {probe} is a file, not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as err:
+        raise UserError(f"{label}: cannot write in {probe} ({err.strerror})") from None
+
+
+def read_resumable(path: str | Path) -> dict[str, Any]:
+    """A checkpoint that training can continue from; a truncated, foreign or weights-only one is a
+    UserError naming it (checked before any data is prepared)."""
+    checkpoint = read_checkpoint(path)
+    if any(key not in checkpoint for key in ("global_step", "loops", "optimizer_states")):
+        raise UserError(f"{path}: holds weights only, no training state to resume")
+    return checkpoint
+
+
+def check_fits(system: TranslationSystem, tokenizer: bytes, checkpoint: dict, path: Path) -> None:
+    """Refuse to resume into a model or tokenizer other than the checkpoint's (changed flags or data)."""
+    if checkpoint["tokenizer"] != tokenizer:
+        raise UserError(
+            f"{path}: trained with another tokenizer; resume with the same corpus, --src, --tgt, "
+            "--vocab-size and --limit-train-pairs"
+        )
+    ours, theirs = system.state_dict(), checkpoint["state_dict"]
+    wrong = sorted(k for k in ours.keys() & theirs.keys() if ours[k].shape != theirs[k].shape)
+    odd = sorted(ours.keys() ^ theirs.keys())
+    if wrong or odd:
+        if wrong:
+            name = wrong[0]
+            detail = f"{name} is {tuple(theirs[name].shape)} there, {tuple(ours[name].shape)} here"
+        else:
+            detail = f"{odd[0]} is {'missing there' if odd[0] in ours else 'unknown here'}"
+        more = len(wrong) + len(odd) - 1
+        detail += f", and {more} more" if more else ""
+        raise UserError(
+            f"{path}: its weights do not fit the model these flags build ({detail}); "
+            "resume with the flags it was trained with"
+        )

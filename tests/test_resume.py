@@ -1,0 +1,234 @@
+"""--resume after kill -9, the state a resume restores, and checkpoints that survive a torn write."""
+
+import copy
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+import seq2seq.checkpointing as checkpointing
+from seq2seq.checkpointing import atomic_save, remove_stale_temporaries
+from seq2seq.system import TranslationSystem
+from tests.conftest import load_script, tiny_train_args
+
+train = load_script("train")
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "train.py"
+# No dropout, so a resumed run can be compared bit for bit with one that was never stopped.
+EXACT = ("--max-steps", "20", "--val-every", "10", "--dropout", "0")
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    """In-process training of a model this small only loses to thread handoffs on 2 shared cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def load(path: Path) -> dict:
+    return torch.load(path, weights_only=True)
+
+
+def assert_same_tensors(a: object, b: object) -> None:
+    """Equal nested dicts/lists of tensors and plain values, tensors bit for bit."""
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert_same_tensors(a[key], b[key])
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            assert_same_tensors(x, y)
+    else:
+        assert a == b
+
+
+@pytest.mark.slow
+def test_run_killed_after_its_first_checkpoint_resumes_to_the_last_step(
+    tiny_corpus: Path, tmp_path: Path
+) -> None:
+    flags = tiny_train_args(
+        tiny_corpus, tmp_path / "runs", "--max-steps", "120", "--val-every", "20"
+    )
+    flags += ["--max-epochs", "1000"]  # 120 steps are 14 epochs of the tiny corpus
+    command = [sys.executable, str(SCRIPT), *flags]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # two shared cores: threads only fight
+    ckpts = tmp_path / "runs" / "rnn-additive" / "version_0" / "checkpoints"
+    with open(tmp_path / "first.log", "w") as log:
+        run = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=log)
+        deadline = time.monotonic() + 180
+        while not (ckpts / "last.ckpt").exists() and run.poll() is None:
+            assert time.monotonic() < deadline, "no checkpoint within 180 s"
+            time.sleep(0.05)
+        run.send_signal(signal.SIGKILL)
+        assert run.wait() == -signal.SIGKILL, "finished before it could be killed"
+    killed_at = load(ckpts / "last.ckpt")["global_step"]
+    assert 20 <= killed_at < 120
+    resumed = subprocess.run(
+        [*command, "--resume"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"at step {killed_at}" in resumed.stdout
+    assert load(ckpts / "last.ckpt")["global_step"] == 120
+    run_dir = ckpts.parent
+    assert [p.name for p in run_dir.parent.iterdir()] == ["version_0"]  # no version_1
+    assert len(list(run_dir.glob("events.out.tfevents.*"))) == 2  # both runs log here
+    assert len(list(ckpts.glob("best-*.ckpt"))) == 1  # best tracking carried on
+    assert not list(ckpts.glob(".*"))  # no temporary file left
+
+
+@pytest.fixture(scope="module")
+def interrupted(tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding an uninterrupted 20-step run ("straight") and one that crashed after the
+    checkpoint of step 10 ("interrupted"); both with the same flags."""
+    root = tmp_path_factory.mktemp("resume")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # module scope: set before the per-test one_thread fixture runs
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.chdir(root)
+            assert train.main(tiny_train_args(tiny_corpus, root / "straight", *EXACT)) == 0
+
+            def crash(self: TranslationSystem, batch: dict, batch_idx: int) -> None:
+                if self.trainer.global_step == 10:  # just after the step-10 checkpoint
+                    raise KeyError("simulated crash")
+
+            patch.setattr(TranslationSystem, "on_train_batch_start", crash)
+            with pytest.raises(KeyError, match="simulated crash"):
+                train.main(tiny_train_args(tiny_corpus, root / "interrupted", *EXACT))
+    finally:
+        torch.set_num_threads(threads)
+    return root
+
+
+def ckpt_dir(root: Path, run: str) -> Path:
+    return root / run / "rnn-additive" / "version_0" / "checkpoints"
+
+
+@pytest.mark.slow
+def test_resume_restores_the_saved_state_and_matches_an_uninterrupted_run(
+    interrupted: Path, tiny_corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(interrupted)
+    saved = load(ckpt_dir(interrupted, "interrupted") / "last.ckpt")
+    assert saved["global_step"] == 10
+    restored: dict = {}
+
+    def capture(self: TranslationSystem) -> None:  # after Lightning restored, before step 11
+        restored["step"] = self.trainer.global_step
+        restored["weights"] = {k: v.clone() for k, v in self.state_dict().items()}
+        optimizer, scheduler = self.trainer.optimizers[0], self.trainer.lr_scheduler_configs[0]
+        restored["optimizer"] = copy.deepcopy(optimizer.state_dict())  # Adam updates in place
+        restored["scheduler"] = copy.deepcopy(scheduler.scheduler.state_dict())
+
+    monkeypatch.setattr(TranslationSystem, "on_train_start", capture)
+    args = tiny_train_args(tiny_corpus, interrupted / "interrupted", *EXACT, "--resume")
+    assert train.main(args) == 0
+    assert restored["step"] == 10
+    assert_same_tensors(restored["weights"], saved["state_dict"])
+    assert_same_tensors(restored["optimizer"], saved["optimizer_states"][0])
+    assert restored["scheduler"]["last_epoch"] == saved["lr_schedulers"][0]["last_epoch"] == 10
+    # Same weights, optimizer moments and schedule at step 20 as the run that never stopped:
+    # nothing was lost or replayed, including the order of the batches after the resume.
+    resumed = load(ckpt_dir(interrupted, "interrupted") / "last.ckpt")
+    straight = load(ckpt_dir(interrupted, "straight") / "last.ckpt")
+    assert resumed["global_step"] == straight["global_step"] == 20
+    assert_same_tensors(resumed["state_dict"], straight["state_dict"])
+    assert_same_tensors(resumed["optimizer_states"], straight["optimizer_states"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (("--hidden-size", "64"), "do not fit the model these flags build (model.decoder"),
+        (("--vocab-size", "90"), "trained with another tokenizer; resume with the same corpus"),
+    ],
+)
+def test_resume_refuses_a_checkpoint_of_another_model(
+    interrupted: Path, tiny_corpus: Path, monkeypatch: pytest.MonkeyPatch, capsys, change, expected
+) -> None:
+    monkeypatch.chdir(interrupted)
+    ckpt = ckpt_dir(interrupted, "straight") / "best-10.ckpt"
+    args = tiny_train_args(
+        tiny_corpus, interrupted / "other", *EXACT, *change, "--resume", str(ckpt)
+    )
+    before = sorted(p.name for p in ckpt.parent.iterdir())
+    assert train.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"error: {ckpt}: ") and expected in err
+    assert sorted(p.name for p in ckpt.parent.iterdir()) == before  # nothing written there
+
+
+@pytest.mark.slow
+def test_resume_refuses_a_weights_only_checkpoint(
+    interrupted: Path, tiny_corpus: Path, tmp_path: Path, capsys
+) -> None:
+    checkpoint = load(ckpt_dir(interrupted, "straight") / "last.ckpt")
+    for key in ("loops", "optimizer_states", "lr_schedulers"):
+        del checkpoint[key]
+    torch.save(checkpoint, tmp_path / "weights.ckpt")
+    args = tiny_train_args(
+        tiny_corpus, tmp_path / "runs", "--resume", str(tmp_path / "weights.ckpt")
+    )
+    assert train.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err
+        == f"error: {tmp_path / 'weights.ckpt'}: holds weights only, no training state to resume"
+    )
+    assert not (tmp_path / "runs").exists()
+
+
+def test_resume_path_inside_a_run_continues_that_version_folder(tmp_path: Path) -> None:
+    ckpt = tmp_path / "runs" / "rnn-dot" / "version_3" / "checkpoints" / "best-40.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"")
+    folder, path = checkpointing.resume_plan("elsewhere", "rnn-additive", str(ckpt))
+    assert (folder.save_dir, folder.name, folder.version, path) == (
+        str(tmp_path / "runs"), "rnn-dot", 3, ckpt
+    )  # fmt: skip
+    (tmp_path / "runs" / "rnn-dot" / "version_10" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "runs" / "rnn-dot" / "version_10" / "checkpoints" / "last.ckpt").write_bytes(b"")
+    (tmp_path / "runs" / "rnn-dot" / "version_11").mkdir()  # started, no checkpoint yet
+    folder, path = checkpointing.resume_plan(str(tmp_path / "runs"), "rnn-dot", "latest")
+    assert folder.version == 10 and path.parent.parent.name == "version_10"
+    shutil.copy(ckpt, tmp_path / "loose.ckpt")
+    folder, _ = checkpointing.resume_plan("runs", "rnn-dot", str(tmp_path / "loose.ckpt"))
+    assert folder.version is None and folder.save_dir == "runs"  # a new version of this run
+
+
+def test_atomic_save_survives_a_crash_mid_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "last.ckpt"
+    atomic_save({"step": torch.tensor(1)}, path)
+    real_save = torch.save
+
+    def torn_save(obj: object, file) -> None:
+        real_save({"step": torch.tensor(2), "big": torch.zeros(10_000)}, file)
+        file.truncate(100)  # half a file reached the disk, then the process died
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpointing.torch, "save", torn_save)
+    with pytest.raises(OSError):
+        atomic_save({"step": torch.tensor(2)}, path)
+    assert load(path)["step"] == 1  # the previous checkpoint, intact
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # no temporary file left
+
+
+def test_temporaries_of_a_killed_save_are_removed(tmp_path: Path) -> None:
+    (tmp_path / "last.ckpt").write_bytes(b"good")
+    (tmp_path / ".last.ckpt.k2j3h4.tmp").write_bytes(b"torn")  # what kill -9 mid-save leaves
+    assert remove_stale_temporaries(tmp_path) == [tmp_path / ".last.ckpt.k2j3h4.tmp"]
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
