@@ -1,0 +1,81 @@
+"""The textbook reference path equals the fast path; scripts/benchmark.py writes every figure."""
+
+import json
+
+import pytest
+import torch
+
+from seq2seq.data import collate
+from seq2seq.reference import reference_loss, textbook_loader
+from seq2seq.rnn import RNNSeq2Seq
+from seq2seq.system import batch_loss
+from tests.conftest import load_script
+
+benchmark = load_script("benchmark")
+
+
+def random_batch(vocab: int, lengths: list[tuple[int, int]]) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    items = [
+        {"src_ids": torch.randint(4, vocab, (s,), generator=gen).tolist(),
+         "tgt_ids": torch.randint(4, vocab, (t,), generator=gen).tolist(), "index": i}
+        for i, (s, t) in enumerate(lengths)
+    ]  # fmt: skip
+    return collate(items)
+
+
+@pytest.mark.parametrize("tie", [True, False])
+@pytest.mark.parametrize("score", ["additive", "dot", "scaled"])
+def test_reference_path_equals_fast_path_in_loss_and_gradients(score: str, tie: bool) -> None:
+    torch.manual_seed(0)
+    model = RNNSeq2Seq(40, emb_size=8, hidden_size=12, score=score, attn_size=10, dropout=0.0,
+                       tie_embeddings=tie)  # fmt: skip
+    # Uneven lengths on both sides: padding in the source, the target, and the longest of each apart.
+    batch = random_batch(40, [(6, 3), (2, 9), (11, 5), (4, 4)])
+    grads = []
+    for loss_fn in (batch_loss, reference_loss):
+        model.zero_grad()
+        loss_sum, nll_sum, tokens = loss_fn(model, batch, 0.1)[:3]
+        (loss_sum / tokens).backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+        grads[-1]["_sums"] = torch.stack([loss_sum.detach(), nll_sum, tokens.float()])
+    fast, ref = grads
+    assert fast.keys() == ref.keys()
+    for name in fast:
+        torch.testing.assert_close(fast[name], ref[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_textbook_loader_gives_random_fixed_size_batches(
+    tiny_corpus, tmp_path, monkeypatch
+) -> None:
+    from seq2seq.data import TranslationDataModule
+
+    monkeypatch.chdir(tmp_path)
+    dm = TranslationDataModule(data_dir=str(tiny_corpus), vocab_size=100, batch_tokens=400)
+    dm.prepare_data()
+    dm.setup("fit")
+    batches = list(textbook_loader(dm.datasets["train"], 16, max_len=100, seed=1))
+    assert [b["src"].size(0) for b in batches[:-1]] == [16] * (len(batches) - 1)
+    order = torch.cat([b["index"] for b in batches])
+    assert sorted(order.tolist()) == list(range(len(dm.datasets["train"])))
+    assert order.tolist() != sorted(order.tolist())  # shuffled, not length-sorted
+
+
+@pytest.mark.slow
+def test_quick_benchmark_writes_every_figure(tiny_corpus, tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)  # the data cache goes to ./data/cache
+    out = tmp_path / "bench.json"
+    argv = ["--quick", "--data-dir", str(tiny_corpus), "--vocab-size", "100", "--emb-size", "16",
+            "--hidden-size", "32", "--batch-tokens", "400", "--threads", "1", "--json", str(out)]  # fmt: skip
+    assert benchmark.main(argv) == 0
+    result = json.loads(out.read_text())
+    for path in ("fast", "reference"):
+        for key in ("tokens_per_sec", "sec_per_update", "useful_gflops", "matmul_fraction",
+                    "mflop_per_token", "peak_rss_mb", "rss_before_training_mb"):  # fmt: skip
+            assert result[path][key] > 0, (path, key)
+    assert result["matmul_gflops"] > 0 and result["speedup"] > 0
+    for key in ("greedy_sent_per_sec", "beam5_sent_per_sec", "greedy_bleu", "beam5_bleu"):
+        assert result["decode"][key] >= 0, key
+    assert result["callback"]["every_n_steps"] == 500 and result["callback"]["overhead"] > 0
+    table = capsys.readouterr().out
+    assert "tokens/s" in table and "beam-5" in table and "callback" in table
