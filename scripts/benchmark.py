@@ -40,7 +40,9 @@ REPORTED = ("model", "score", *SIZES, "threads", "steps", "windows", "train_upda
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     d = TrainConfig()
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--model", choices=("rnn", "transformer"), default=d.model)
     p.add_argument("--score", choices=("additive", "dot", "scaled"), default=d.score)
     for name in SIZES:
@@ -213,26 +215,27 @@ def peak_memory(
     argv: list[str], names: list[str], parallel: bool
 ) -> dict[str, tuple[float, float]]:
     """Per path, the peak RSS (MB) of a child process running its heaviest batches with the same flags,
-    and the child's high-water mark before training (imports, data, model). With `parallel` (--quick)
-    the children run at once, one thread each, to save a process start-up."""
+    and its resident set before training. With `parallel` (--quick) the children run at once, one
+    thread each, to save a process start-up."""
     extra = ["--threads", "1"] if parallel else []
-    cmds = {n: [sys.executable, __file__, *argv, *extra, "--memory-probe", n] for n in names}
+    cmd = [sys.executable, __file__, *argv, *extra, "--memory-probe"]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+
+    def start(name: str) -> subprocess.Popen:
+        return subprocess.Popen([*cmd, name], **pipes)
+
+    procs = {n: start(n) for n in names} if parallel else {}
     out = {}
-    procs = {n: subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for n, c in cmds.items()} if parallel else {}  # fmt: skip
-    for name, cmd in cmds.items():
-        proc = procs.get(name) or subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        stdout, stderr = proc.communicate()
-        if proc.returncode:
+    for name in names:
+        stdout, stderr = (procs.get(name) or start(name)).communicate()
+        if not stdout.strip():
             raise RuntimeError(f"memory probe {name} failed:\n{stderr[-2000:]}")
         probe = json.loads(stdout.strip().splitlines()[-1])
         out[name] = probe["peak_rss_mb"], probe["before_training_mb"]
     return out
 
 
-def decode_speed(model, dm, sentences: int, rounds: int) -> dict:
+def decode_speed(model, tokenizer, dm, sentences: int, rounds: int) -> dict:
     """Greedy and beam-5 sentences/second on the validation sources, batched as evaluate.py does."""
     from seq2seq.data import source_loader
     from seq2seq.metrics import corpus_bleu
@@ -240,8 +243,8 @@ def decode_speed(model, dm, sentences: int, rounds: int) -> dict:
 
     sources, refs = dm.sources("val"), dm.references("val")
     n = min(sentences or len(sources), len(sources))
-    batches = list(source_loader(dm.tokenizer, sources[:n], 4096))  # tokenized outside the clock
-    ref_len = sum(map(len, dm.tokenizer.encode_batch(refs[:n])))
+    batches = list(source_loader(tokenizer, sources[:n], 4096))  # tokenized outside the clock
+    ref_len = sum(map(len, tokenizer.encode_batch(refs[:n])))
     model.eval()
     out: dict = {"sentences": n}
     times: dict[int, list[float]] = {1: [], 5: []}
@@ -252,7 +255,7 @@ def decode_speed(model, dm, sentences: int, rounds: int) -> dict:
             times[beam].append(time.perf_counter() - start)
             name = "greedy" if beam == 1 else f"beam{beam}"
             out[f"{name}_bleu"] = corpus_bleu(
-                [dm.tokenizer.decode(h) for h in hyps.tokens], refs[:n]
+                [tokenizer.decode(h) for h in hyps.tokens], refs[:n]
             ).value
             out[f"{name}_length_ratio"] = sum(map(len, hyps.tokens)) / max(ref_len, 1)
     model.train()
@@ -307,16 +310,17 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
     if args.checkpoint:
         from seq2seq.system import load_system
 
-        decoder, trained = load_system(args.checkpoint).model, "checkpoint"
+        system = load_system(args.checkpoint)  # its own tokenizer, which may differ from dm's
+        decoder, tokenizer, trained = system.model, system.tokenizer, None
     else:
         while fast.updates < args.train_updates:
             fast.step(next(fast.batches))
             if fast.updates % 50 == 0:
                 log(f"trained {fast.updates}/{args.train_updates} updates")
-        decoder, trained = fast.model, fast.updates
-    log(f"decoding with the model of {trained} updates")
-    decode = decode_speed(decoder, dm, args.decode_sentences, 1 if args.quick else 2)
-    decode["trained_updates"] = trained
+        decoder, tokenizer, trained = fast.model, dm.tokenizer, fast.updates
+    log(f"decoding with {f'the model of {trained} updates' if trained else args.checkpoint}")
+    decode = decode_speed(decoder, tokenizer, dm, args.decode_sentences, 1 if args.quick else 2)
+    decode.update(trained_updates=trained, checkpoint=args.checkpoint)
     callback = callback_overhead(
         fast.model, dm, figures["fast"]["sec_per_update"], 2 if args.quick else 5
     )
@@ -379,22 +383,13 @@ def table(r: dict) -> str:
         ("peak RSS, MB", g(f["peak_rss_mb"]), g(ref.get("peak_rss_mb")), ratio("peak_rss_mb")),
         (f"greedy sentences/s ({d['sentences']} val)", g(d["greedy_sent_per_sec"]), "-", ""),
         ("beam-5 sentences/s", g(d["beam5_sent_per_sec"]), "-", ""),
-        (f"  BLEU greedy / beam-5 ({d['trained_updates']} updates)",
+        (f"  BLEU greedy / beam-5 ({d['trained_updates'] or 'checkpoint'} updates)",
          f"{d['greedy_bleu']:.1f} / {d['beam5_bleu']:.1f}", "-", ""),
         (f"heatmap callback, every {c['every_n_steps']} steps", f"{100 * c['overhead']:.2g}%", "-", ""),
     ]  # fmt: skip
-    head = ("", "fast", "reference", "fast/ref")
-    widths = [max(len(row[i]) for row in [head, *rows]) for i in range(4)]
-    lines = [head, *rows]
-    return "\n".join(
-        "  ".join(
-            [
-                row[0].ljust(widths[0]),
-                *(x.rjust(w) for x, w in zip(row[1:], widths[1:], strict=True)),
-            ]
-        )
-        for row in lines
-    )
+    rows.insert(0, ("", "fast", "reference", "fast/ref"))
+    w = [max(len(row[i]) for row in rows) for i in range(4)]
+    return "\n".join(f"{a:<{w[0]}}  {b:>{w[1]}}  {c:>{w[2]}}  {d:>{w[3]}}" for a, b, c, d in rows)
 
 
 def main(argv: list[str] | None = None) -> int:
