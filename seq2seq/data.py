@@ -122,12 +122,21 @@ def collate(items: list[dict[str, Any]]) -> dict[str, Tensor]:
     return batch
 
 
-def source_loader(tokenizer: Tokenizer, sentences: list[str], batch_tokens: int) -> DataLoader:
-    """Length-sorted batches of raw `sentences` for evaluate/translate; `index` is the position."""
+def source_loader(
+    tokenizer: Tokenizer, sentences: list[str], batch_tokens: int, batch_size: int | None = None
+) -> DataLoader:
+    """Length-sorted batches of raw `sentences` for evaluate/translate; `index` is the position.
+
+    Batches hold `batch_tokens` padded tokens, or `batch_size` sentences when that is given.
+    """
     ids = tokenizer.encode_batch(list(sentences)) if sentences else []
     items = [{"src_ids": s, "index": i} for i, s in enumerate(ids)]
-    sampler = TokenBudgetBatchSampler([len(s) + 1 for s in ids], batch_tokens)
-    return DataLoader(items, batch_sampler=sampler, collate_fn=collate)
+    if batch_size is None:
+        batches = TokenBudgetBatchSampler([len(s) + 1 for s in ids], batch_tokens)
+    else:
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths pad least
+        batches = [order[k : k + batch_size] for k in range(0, len(order), batch_size)]
+    return DataLoader(items, batch_sampler=batches, collate_fn=collate)
 
 
 class TranslationDataModule(L.LightningDataModule):
@@ -251,6 +260,10 @@ class TranslationDataModule(L.LightningDataModule):
             # A resumed run: the order of the epoch it stopped in (seed + epoch), minus the batches
             # already trained. Lightning builds this loader before it restores its own loop state.
             (epoch, sampler.skip), self._resume_at = self._resume_at, None
+            if sampler.skip >= len(
+                sampler
+            ):  # saved at the end of an epoch: start the next one whole
+                epoch, sampler.skip = epoch + 1, 0
         sampler.set_epoch(epoch)  # Lightning sets it again at each epoch start
         return DataLoader(
             data, batch_sampler=sampler, collate_fn=collate, num_workers=self.num_workers

@@ -188,3 +188,17 @@ def test_source_loader(tiny_tokenizer: Tokenizer) -> None:
             seen[index] = row[:n]
     assert sorted(seen) == list(range(20)) and seen[1] == [EOS]
     assert tiny_tokenizer.decode(seen[0]) == sentences[0]
+
+
+@pytest.mark.parametrize("done", [0, 3, "all"])
+def test_resumed_loader_skips_only_the_batches_already_trained(
+    dm: TranslationDataModule, done: int | str
+) -> None:
+    full = list(dm.train_dataloader().batch_sampler)
+    done = len(full) if done == "all" else done
+    dm.load_state_dict({"epoch": 0, "batches_done": done})
+    resumed = list(dm.train_dataloader().batch_sampler)
+    if done < len(full):  # mid-epoch: the rest of the same epoch's order
+        assert resumed == full[done:]
+    else:  # saved at the end of the epoch: the next epoch, whole (not an empty pass)
+        assert len(resumed) == len(full) and resumed != full
