@@ -56,6 +56,7 @@ def _print_error(err: Exception) -> None:
 
 def train(cfg: TrainConfig) -> int:
     import lightning as L
+    from lightning.pytorch.callbacks import EarlyStopping
     from lightning.pytorch.loggers import TensorBoardLogger
 
     from seq2seq.callbacks import AttentionHeatmaps, TokensPerSecond
@@ -110,6 +111,8 @@ def train(cfg: TrainConfig) -> int:
     callbacks = [*checkpoint_callbacks(ckpt_dir), TokensPerSecond(), NonFiniteLossGuard()]
     if cfg.heatmap_every > 0:
         callbacks.append(AttentionHeatmaps(cfg.heatmap_every, cfg.heatmap_sentences))
+    if cfg.patience > 0:
+        callbacks.append(EarlyStopping("val/bleu", mode="max", patience=cfg.patience))
     trainer = build_trainer(cfg, callbacks, logger)
     if trainer.is_global_zero:
         if ckpt_path is not None:

@@ -53,8 +53,11 @@ class TrainConfig:
     num_workers: int = _opt(0, "data loader worker processes")
     # optimisation
     lr: float = _opt(1e-3, "peak learning rate (Adam)")
-    warmup_steps: int = _opt(500, "linear warm-up steps before the cosine decay")
-    min_lr_ratio: float = _opt(0.1, "the cosine decay ends at lr * this ratio")
+    lr_schedule: Literal["cosine", "inverse_sqrt"] = _opt(
+        "cosine", "after warm-up: cosine decay to the last step, or 1/sqrt(step)"
+    )
+    warmup_steps: int = _opt(500, "linear warm-up steps (at most 10%% of the run)")
+    min_lr_ratio: float = _opt(0.1, "the learning rate never falls below lr * this ratio")
     label_smoothing: float = _opt(0.1, "label smoothing of the cross-entropy")
     clip_norm: float = _opt(1.0, "gradient-norm clipping (0: off)")
     max_epochs: int = _opt(12, "stop after this many epochs")

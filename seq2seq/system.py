@@ -6,6 +6,7 @@ code that evaluation uses, Adam with warm-up and cosine decay, gradient clipping
 model carried inside every checkpoint.
 """
 
+import functools
 import math
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,20 @@ def batch_loss(
     logits = model.generator(features[mask])  # (N_tok, V)
     loss_sum, nll_sum = smoothed_nll(logits, batch["tgt_out"][mask], label_smoothing)
     return loss_sum, nll_sum, mask.sum(), weights
+
+
+def lr_factor(step: int, schedule: str, warmup: int, total: int, floor: float) -> float:
+    """The learning rate at `step` as a fraction of the peak: a linear warm-up over `warmup` steps, then
+
+    - `cosine`: half a cosine from 1 down to `floor` at step `total`;
+    - `inverse_sqrt`: sqrt(warmup / step) (Vaswani et al., 2017), never below `floor`.
+    """
+    if step < warmup:
+        return (step + 1) / warmup
+    if schedule == "inverse_sqrt":
+        return max(math.sqrt(max(warmup, 1) / (step + 1)), floor)
+    progress = min((step - warmup) / max(total - warmup, 1), 1.0)
+    return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 class TranslationSystem(L.LightningModule):
@@ -120,15 +135,15 @@ class TranslationSystem(L.LightningModule):
         optimizer = torch.optim.Adam(self.parameters(), lr=self.cfg.lr, betas=(0.9, 0.98), eps=1e-9)
         total = max(int(self.trainer.estimated_stepping_batches), 1)
         # A short run (tests, --max-steps 60) must not spend itself warming up: cap warm-up at 10%.
-        warmup, floor = min(self.cfg.warmup_steps, total // 10), self.cfg.min_lr_ratio
-
-        def factor(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / warmup
-            progress = min((step - warmup) / max(total - warmup, 1), 1.0)
-            return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        warmup = min(self.cfg.warmup_steps, total // 10)
+        schedule = functools.partial(
+            lr_factor,
+            schedule=self.cfg.lr_schedule,
+            warmup=warmup,
+            total=total,
+            floor=self.cfg.min_lr_ratio,
+        )
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         return {
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
@@ -203,3 +218,16 @@ def load_system(path: str | Path, map_location: str = "cpu") -> TranslationSyste
     except UserError as err:
         raise UserError(f"{path}: {err}") from None
     return system.eval()
+
+
+def pick_device(name: str) -> torch.device:
+    """The device for `--device NAME` (auto: CUDA when there is one); a bad name is a UserError."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"--device {name}: not a device (try cpu or cuda)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"--device {name}: no CUDA device here")
+    return device

@@ -1,0 +1,71 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from seq2seq.attention import lengths_to_mask
+from seq2seq.rnn import RNNSeq2Seq
+from seq2seq.search import greedy_search
+from seq2seq.system import batch_loss, lr_factor, smoothed_nll
+from seq2seq.tokenizer import BOS, EOS
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_smoothed_nll_equals_torch_cross_entropy(smoothing: float) -> None:
+    logits, target = torch.randn(7, 11), torch.randint(0, 11, (7,))
+    loss, nll = smoothed_nll(logits, target, smoothing)
+    expected = F.cross_entropy(logits, target, label_smoothing=smoothing, reduction="sum")
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(nll, F.cross_entropy(logits, target, reduction="sum"))
+
+
+def reverse_batch(n: int = 6, vocab: int = 14) -> dict[str, torch.Tensor]:
+    """n random sentences and their reversals, in the batch format of seq2seq.data."""
+    gen = torch.Generator().manual_seed(0)
+    lens = torch.randint(3, 7, (n,), generator=gen)  # words per sentence
+    S = int(lens.max()) + 1
+    src_mask = lengths_to_mask(lens + 1, S)  # (B, S): words + EOS
+    words = torch.randint(4, vocab, (n, S), generator=gen)
+    src = words.masked_fill(~src_mask, 0)
+    src[torch.arange(n), lens] = EOS
+    tgt_out = torch.zeros_like(src)
+    for b in range(n):  # a test fixture, not a hot path
+        tgt_out[b, : lens[b]] = words[b, : lens[b]].flip(0)
+        tgt_out[b, lens[b]] = EOS
+    tgt_in = torch.cat([torch.full((n, 1), BOS), tgt_out[:, :-1]], 1).masked_fill(~src_mask, 0)
+    return {"src": src, "src_lens": lens + 1, "src_mask": src_mask, "tgt_in": tgt_in,
+            "tgt_out": tgt_out, "tgt_mask": src_mask}  # fmt: skip
+
+
+@pytest.mark.parametrize("score", ["additive", "dot", "scaled"])
+def test_tiny_model_learns_to_reverse_a_handful_of_sentences(score: str) -> None:
+    torch.manual_seed(0)
+    model = RNNSeq2Seq(vocab_size=14, emb_size=16, hidden_size=32, score=score, dropout=0.0)
+    batch = reverse_batch()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(150):
+        loss_sum, _, tokens, _ = batch_loss(model, batch, label_smoothing=0.0)
+        optimizer.zero_grad()
+        (loss_sum / tokens).backward()
+        optimizer.step()
+    assert float(loss_sum / tokens) < 0.05
+    hyps = greedy_search(model.eval(), batch["src"], batch["src_lens"], batch["src_mask"])
+    for b, ids in enumerate(hyps.tokens):
+        n = int(batch["src_lens"][b]) - 1
+        assert ids == batch["tgt_out"][b, :n].tolist()
+
+
+def test_cosine_schedule_warms_up_then_decays_to_the_floor() -> None:
+    factors = [lr_factor(s, "cosine", warmup=10, total=110, floor=0.1) for s in range(120)]
+    assert factors[0] == pytest.approx(0.1) and factors[9] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(factors[9:], factors[10:], strict=False))
+    assert factors[110] == pytest.approx(0.1) and factors[119] == pytest.approx(0.1)
+
+
+def test_inverse_sqrt_schedule_peaks_at_warmup_and_falls_as_one_over_sqrt() -> None:
+    factor = lambda step: lr_factor(step, "inverse_sqrt", warmup=100, total=10**6, floor=0.0)  # noqa: E731
+    assert factor(99) == pytest.approx(1.0)
+    assert factor(399) == pytest.approx(0.5) and factor(1599) == pytest.approx(0.25)
+    assert lr_factor(10**6, "inverse_sqrt", 100, 10**6, floor=0.05) == 0.05
+    assert math.isclose(factor(0), 0.01)
