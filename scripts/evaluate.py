@@ -11,15 +11,12 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.nn.utils.rnn import pad_sequence
 
 from seq2seq.errors import UserError
-from seq2seq.tokenizer import EOS, PAD
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,7 +81,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     check_flags(args)
     import seq2seq.data  # noqa: F401  imported here so that the timing below is decoding alone
     from seq2seq.metrics import corpus_bleu, corpus_chrf
-    from seq2seq.system import load_system
+    from seq2seq.system import load_system, pick_device
 
     device = pick_device(args.device)
     files = read_files(args) if args.src_file is not None else None  # bad files fail fast
@@ -131,20 +128,10 @@ def check_flags(args: argparse.Namespace) -> None:
         raise UserError(f"--max-len-ratio must be positive, got {args.max_len_ratio}")
 
 
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UserError(f"--device {name}: not a device (try cpu or cuda)") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"--device {name}: no CUDA device here")
-    return device
-
-
 def read_files(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
     """Sources, references and a description of them, from --src-file and --ref-file."""
+    from seq2seq.corpus import read_lines
+
     sources, references = read_lines(args.src_file), read_lines(args.ref_file)
     if len(sources) != len(references):
         raise UserError(
@@ -177,34 +164,16 @@ def pick_split(source: Any, split: str) -> str:
     return source.find_split(split)
 
 
-def read_lines(path: str) -> list[str]:
-    """Lines of a UTF-8 text file, split on '\\n' only (as sacrebleu reads them)."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as err:
-        raise UserError(f"{path}: cannot read ({err.strerror})") from None
-    try:
-        text = raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw.count(b"\n", 0, err.start) + 1
-        raise UserError(
-            f"{path} line {line}: not valid UTF-8 (byte 0x{raw[err.start]:02x})"
-        ) from None
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()  # the final newline ends the last line
-    return [line.removesuffix("\r") for line in lines]
-
-
 def translate_sentences(system: Any, sentences: list[str], args: argparse.Namespace) -> list[str]:
     """Detokenized translations in input order; a blank source line gets a blank hypothesis."""
+    from seq2seq.data import source_loader
     from seq2seq.search import translate_batches
 
     tokenizer = system.tokenizer
     kept = [i for i, s in enumerate(sentences) if s.strip()]
     hyps = translate_batches(
         system.model,
-        source_batches(tokenizer, [sentences[i] for i in kept], args.batch_tokens, args.batch_size),
+        source_loader(tokenizer, [sentences[i] for i in kept], args.batch_tokens, args.batch_size),
         beam=args.beam,
         length_penalty=args.length_penalty,
         max_len_ratio=args.max_len_ratio,
@@ -214,30 +183,6 @@ def translate_sentences(system: Any, sentences: list[str], args: argparse.Namesp
     for i, ids in zip(kept, hyps.tokens, strict=True):
         out[i] = tokenizer.decode(ids)
     return out
-
-
-def source_batches(
-    tokenizer: Any, sentences: list[str], batch_tokens: int, batch_size: int | None
-) -> Iterable[dict[str, torch.Tensor]]:
-    """Length-sorted source batches by token budget, or by sentence count with `batch_size`."""
-    from seq2seq.data import source_loader
-
-    if batch_size is None:
-        return source_loader(tokenizer, sentences, batch_tokens)
-    ids = [[*s, EOS] for s in tokenizer.encode_batch(sentences)] if sentences else []
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths pad least
-    batches = []
-    for k in range(0, len(order), batch_size):
-        chunk = order[k : k + batch_size]
-        src = pad_sequence(
-            [torch.tensor(ids[i]) for i in chunk], batch_first=True, padding_value=PAD
-        )
-        src_lens = torch.tensor([len(ids[i]) for i in chunk])  # (B,)
-        src_mask = torch.arange(src.size(1)) < src_lens[:, None]  # (B, S)
-        batches.append(
-            {"src": src, "src_lens": src_lens, "src_mask": src_mask, "index": torch.tensor(chunk)}
-        )
-    return batches
 
 
 def default_out(args: argparse.Namespace) -> Path:

@@ -62,7 +62,7 @@ def translate(args: argparse.Namespace, stdin: IO[bytes], stdout: IO[str]) -> in
             )
     from seq2seq.data import source_loader
     from seq2seq.search import translate_batches
-    from seq2seq.system import load_system
+    from seq2seq.system import load_system, pick_device
 
     system = load_system(args.checkpoint).to(pick_device(args.device))
     tokenizer = system.tokenizer
@@ -85,20 +85,6 @@ def translate(args: argparse.Namespace, stdin: IO[bytes], stdout: IO[str]) -> in
         stdout.write("".join(line + "\n" for line in out))
         stdout.flush()
     return 0
-
-
-def pick_device(name: str) -> "torch.device":  # noqa: F821
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UserError(f"--device {name}: not a device (try cpu or cuda)") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"--device {name}: no CUDA device here")
-    return device
 
 
 def read_chunks(stdin: IO[bytes], size: int) -> Iterator[tuple[int, list[str]]]:

@@ -86,11 +86,11 @@ class CorpusSource:
             return sorted(k for k, v in features.items() if getattr(v, "dtype", "") == "string")
         files = self._files[split]
         if "tsv" in files and len(files) == 1:
-            header = _read_lines(files["tsv"], limit=1)
+            header = read_lines(files["tsv"], limit=1)
             fields = header[0].split("\t") if header else []
             return sorted(fields) if _is_header(fields) else None
         if "jsonl" in files and len(files) == 1:
-            first = _read_lines(files["jsonl"], limit=1)
+            first = read_lines(files["jsonl"], limit=1)
             row = _json_row(files["jsonl"], 1, first[0]) if first else {}
             return sorted(row)
         return sorted(k for k in files if k not in _TABLES)
@@ -165,14 +165,14 @@ def _local_columns(
     files: dict[str, Path], src_lang: str, tgt_lang: str, positional: bool
 ) -> tuple[list[str], list[str]]:
     if src_lang in files and tgt_lang in files:
-        src, tgt = _read_lines(files[src_lang]), _read_lines(files[tgt_lang])
+        src, tgt = read_lines(files[src_lang]), read_lines(files[tgt_lang])
         if len(src) != len(tgt):
             raise UserError(
                 f"{files[src_lang]} has {len(src)} lines but {files[tgt_lang]} has {len(tgt)}"
             )
         return src, tgt
     if "tsv" in files:
-        path, lines = files["tsv"], _read_lines(files["tsv"])
+        path, lines = files["tsv"], read_lines(files["tsv"])
         cols = (
             [0, 1] if positional else [lines[0].split("\t").index(k) for k in (src_lang, tgt_lang)]
         )
@@ -190,7 +190,7 @@ def _local_columns(
             tgt.append(fields[cols[1]] if line.strip() else "")
         return src, tgt
     path, src, tgt = files["jsonl"], [], []
-    for number, line in enumerate(_read_lines(path), start=1):
+    for number, line in enumerate(read_lines(path), start=1):
         row = _json_row(path, number, line) if line.strip() else {src_lang: "", tgt_lang: ""}
         if src_lang not in row or tgt_lang not in row:
             raise UserError(
@@ -209,9 +209,10 @@ def _hub_columns(dataset: Any, src_lang: str, tgt_lang: str) -> tuple[list[str],
     return columns[src_lang], columns[tgt_lang]
 
 
-def _read_lines(path: Path, limit: int | None = None) -> list[str]:
+def read_lines(path: str | Path, limit: int | None = None) -> list[str]:
     """Lines of a UTF-8 file (plain or gzip), split on '\\n' only so that U+2028 and friends
     inside a sentence cannot break line alignment."""
+    path = Path(path)
     try:
         raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
     except (OSError, EOFError, zlib.error) as err:
