@@ -10,8 +10,13 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import torch
 
 from seq2seq.tokenizer import Tokenizer
+
+# Every test model is tiny: on two cores, thread hand-offs cost more than they save (and a test's
+# subprocesses, DDP ranks among them, would otherwise fight its threads for the same cores).
+torch.set_num_threads(1)
 
 # A word-for-word dictionary: the mapping is learnable, and sentences differ in length (3-9 words).
 LEXICON = {
@@ -108,19 +113,12 @@ def tiny_checkpoint(tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory)
     import contextlib
     import shutil
 
-    import torch
-
     root = tmp_path_factory.mktemp("tiny_run")
     corpus = shutil.copytree(tiny_corpus, root / "corpus")
     args = tiny_train_args(corpus, root / "runs", "--max-steps", "300", "--max-epochs", "1000",
                            "--val-every", "150", "--lr", "1e-2", "--warmup-steps", "30",
                            "--dropout", "0", "--label-smoothing", "0", "--emb-size", "32",
                            "--hidden-size", "64")  # fmt: skip
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a model this small only loses to thread handoffs on a shared machine
-    try:
-        with contextlib.chdir(root):  # the data cache goes to ./data/cache
-            assert load_script("train").main(args) == 0
-    finally:
-        torch.set_num_threads(threads)
+    with contextlib.chdir(root):  # the data cache goes to ./data/cache
+        assert load_script("train").main(args) == 0
     return root / "runs" / "rnn-additive" / "version_0" / "checkpoints" / "last.ckpt"

@@ -1,7 +1,6 @@
 """AttentionHeatmaps: the matrices it logs, what it leaves alone, and the images a run writes."""
 
 import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import datasets
@@ -20,23 +19,6 @@ from seq2seq.models import Seq2Seq
 from seq2seq.rnn import RNNSeq2Seq
 from seq2seq.tokenizer import Tokenizer
 from tests.conftest import load_script, tiny_train_args
-
-
-@contextlib.contextmanager
-def one_thread() -> Iterator[None]:
-    """Models this small only lose to thread handoffs on a shared machine (200x on 2 busy cores)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    with one_thread():
-        yield
 
 
 def make_model(kind: str, vocab_size: int) -> Seq2Seq:
@@ -135,7 +117,7 @@ def test_probes_are_the_first_short_validation_pairs(
 def run_train(corpus: Path, root: Path, *extra: str) -> Path:
     """Train in-process for 60 updates in `root`; returns the run folder."""
     args = tiny_train_args(corpus, root / "runs", "--max-steps", "60", *extra)
-    with one_thread(), contextlib.chdir(root):  # the data cache goes to ./data/cache
+    with contextlib.chdir(root):  # the data cache goes to ./data/cache
         assert load_script("train").main(args) == 0
     return root / "runs" / "rnn-additive" / "version_0"
 

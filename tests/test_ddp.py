@@ -3,12 +3,10 @@
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import lightning as L
 import pytest
-import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from seq2seq.data import TranslationDataModule
@@ -18,15 +16,6 @@ from tests.conftest import tiny_train_args
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "train.py"
 # A wider model at a high rate reaches a BLEU above zero within 40 steps: equal BLEU means something.
 LEARNS = ("--emb-size", "32", "--hidden-size", "64", "--lr", "1e-2", "--dropout", "0")
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """In-process training of a model this small only loses to thread handoffs on 2 shared cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def scalars(run_dir: Path, tag: str) -> list[float]:

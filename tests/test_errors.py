@@ -2,7 +2,7 @@
 nothing half-written in the log or data folders."""
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,15 +13,6 @@ from tests.conftest import load_script, tiny_train_args, write_corpus
 
 train = load_script("train")
 SMALL = {"train": 30, "val": 5}
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """In-process training of a model this small only loses to thread handoffs on 2 shared cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def short_train_en(tmp: Path) -> list[str]:

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,15 +21,6 @@ train = load_script("train")
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "train.py"
 # No dropout, so a resumed run can be compared bit for bit with one that was never stopped.
 EXACT = ("--max-steps", "20", "--val-every", "10", "--dropout", "0")
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """In-process training of a model this small only loses to thread handoffs on 2 shared cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def load(path: Path) -> dict:
@@ -92,22 +82,17 @@ def interrupted(tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     """A folder holding an uninterrupted 20-step run ("straight") and one that crashed after the
     checkpoint of step 10 ("interrupted"); both with the same flags."""
     root = tmp_path_factory.mktemp("resume")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # module scope: set before the per-test one_thread fixture runs
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.chdir(root)
-            assert train.main(tiny_train_args(tiny_corpus, root / "straight", *EXACT)) == 0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(root)
+        assert train.main(tiny_train_args(tiny_corpus, root / "straight", *EXACT)) == 0
 
-            def crash(self: TranslationSystem, batch: dict, batch_idx: int) -> None:
-                if self.trainer.global_step == 10:  # just after the step-10 checkpoint
-                    raise KeyError("simulated crash")
+        def crash(self: TranslationSystem, batch: dict, batch_idx: int) -> None:
+            if self.trainer.global_step == 10:  # just after the step-10 checkpoint
+                raise KeyError("simulated crash")
 
-            patch.setattr(TranslationSystem, "on_train_batch_start", crash)
-            with pytest.raises(KeyError, match="simulated crash"):
-                train.main(tiny_train_args(tiny_corpus, root / "interrupted", *EXACT))
-    finally:
-        torch.set_num_threads(threads)
+        patch.setattr(TranslationSystem, "on_train_batch_start", crash)
+        with pytest.raises(KeyError, match="simulated crash"):
+            train.main(tiny_train_args(tiny_corpus, root / "interrupted", *EXACT))
     return root
 
 

@@ -1,5 +1,3 @@
-from collections.abc import Iterator
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -114,16 +112,7 @@ def test_build_model_reads_the_config() -> None:
     assert model.decoder[0].ff[0].out_features == 24 and model.decoder[0].post_ln
 
 
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    """Tiny matmuls run faster on one thread, and far faster than on two that share busy cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def test_overfits_a_reverse_task(one_thread: None) -> None:
+def test_overfits_a_reverse_task() -> None:
     """Proof of life: a tiny Transformer learns to reverse a handful of random sentences."""
     torch.manual_seed(0)
     model = TransformerSeq2Seq(
