@@ -66,7 +66,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--quick", action="store_true", help="a small run (< 2 min): every figure, noisy"
     )
     p.add_argument("--json", metavar="FILE", help="also write the results here")
-    p.add_argument("--memory-probe", choices=("fast", "reference"), help=argparse.SUPPRESS)
+    p.add_argument("--memory-probe", choices=("fast", "bf16", "reference"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     quick = args.quick
     for name, full, small in [("steps", 10, 2), ("windows", 8, 3), ("train_updates", 300, 0),
@@ -106,14 +106,18 @@ def forward_flops(cfg: TrainConfig, vocab: int, batch: dict) -> float:
 class Path:
     """One training path: its model copy, Adam, a batch stream and a loss."""
 
-    def __init__(self, model, batches, loss, cfg: TrainConfig, vocab: int) -> None:
+    def __init__(
+        self, model, batches, loss, cfg: TrainConfig, vocab: int, bf16: bool = False
+    ) -> None:
         self.model, self.all, self.batches, self.loss = model.train(), batches, cycle(batches), loss
+        self.bf16 = bf16  # matmuls under bf16 autocast (what --precision bf16-mixed does)
         self.cfg, self.vocab, self.updates = cfg, vocab, 0
         self.opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9)
         self.windows: list[tuple[float, float, float, int]] = []  # seconds, tokens, FLOPs, steps
 
     def step(self, batch: dict) -> tuple[float, float]:
-        loss_sum, _, tokens = self.loss(self.model, batch, self.cfg.label_smoothing)[:3]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+            loss_sum, _, tokens = self.loss(self.model, batch, self.cfg.label_smoothing)[:3]
         self.opt.zero_grad(set_to_none=True)
         (loss_sum / tokens).backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
@@ -173,6 +177,8 @@ def paths(cfg: TrainConfig, dm, model, which: tuple[str, ...]) -> dict[str, Path
 
     fast = list(dm.train_dataloader())
     out = {"fast": Path(model, fast, batch_loss, cfg, dm.vocab_size)}
+    if "bf16" in which:
+        out["bf16"] = Path(copy.deepcopy(model), fast, batch_loss, cfg, dm.vocab_size, bf16=True)
     if "reference" in which and cfg.model == "rnn":
         size = max(1, round(len(dm.datasets["train"]) / len(fast)))  # as many batches per epoch
         ref = list(textbook_loader(dm.datasets["train"], size, cfg.max_len, cfg.seed))
@@ -293,7 +299,7 @@ def callback_overhead(model, dm, sec_per_update: float, calls: int) -> dict:
 def run(args: argparse.Namespace, argv: list[str]) -> dict:
     started = time.perf_counter()
     cfg, dm, model = setup(args)
-    runs = paths(cfg, dm, model, ("fast", "reference"))
+    runs = paths(cfg, dm, model, ("fast", "bf16", "reference"))
     fast, ref_steps = runs["fast"], max(1, args.steps // 5)  # the reference: ~5x slower per update
     for path in runs.values():
         path.window(1 if args.quick else 2, record=False)  # warm-up: allocator, Adam state
@@ -303,7 +309,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
         order = list(runs.values())[:: 1 if w % 2 == 0 else -1]
         peaks.append(matmul_burst())
         for path in order:
-            path.window(args.steps if path is fast else ref_steps)
+            path.window(ref_steps if path is runs.get("reference") else args.steps)
     peak = statistics.median(peaks)
     figures = {name: path.figures(peak) for name, path in runs.items()}
     log(f"timed {args.windows} windows in {time.perf_counter() - started:.0f}s")
@@ -334,8 +340,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
         "matmul_gflops": peak,
         "matmul_gflops_windows": peaks,
         "fast": figures["fast"],
+        "bf16": figures["bf16"],
         "reference": ref,
         "speedup": figures["fast"]["tokens_per_sec"] / ref["tokens_per_sec"] if ref else None,
+        "speedup_bf16": figures["bf16"]["tokens_per_sec"] / ref["tokens_per_sec"] if ref else None,
         "speedup_paired": paired_speedup(runs) if ref else None,
         "decode": decode,
         "callback": callback,
@@ -369,27 +377,35 @@ def log(message: str) -> None:
 
 
 def table(r: dict) -> str:
-    f, ref, d, c = r["fast"], r["reference"] or {}, r["decode"], r["callback"]
+    f, b, ref, d, c = r["fast"], r["bf16"], r["reference"] or {}, r["decode"], r["callback"]
     g = lambda x, p=0: "-" if x is None else f"{x:,.{p}f}"  # noqa: E731
-    ratio = lambda k: "-" if not ref else f"{f[k] / ref[k]:.2f}x"  # noqa: E731
+    ratio = lambda x, k: "-" if not ref else f"{x[k] / ref[k]:.2f}x"  # noqa: E731
+    frac = lambda x: g(100 * x["matmul_fraction"]) if x else "-"  # noqa: E731
     rows = [
-        ("train target tokens/s", g(f["tokens_per_sec"]), g(ref.get("tokens_per_sec")), ratio("tokens_per_sec")),
-        ("  the same, median of window pairs", "", "", f"{r['speedup_paired']:.2f}x" if ref else "-"),
-        ("seconds per update", g(f["sec_per_update"], 2), g(ref.get("sec_per_update"), 2), ratio("sec_per_update")),
-        ("useful GFLOP/s", g(f["useful_gflops"], 1), g(ref.get("useful_gflops"), 1), ratio("useful_gflops")),
-        (f"  % of matmul rate ({r['matmul_gflops']:.0f} GFLOP/s)", g(100 * f["matmul_fraction"]),
-         g(100 * ref["matmul_fraction"]) if ref else "-", ""),
-        ("MFLOP per target token (fwd+bwd)", g(f["mflop_per_token"], 1), g(ref.get("mflop_per_token"), 1), ""),
-        ("peak RSS, MB", g(f["peak_rss_mb"]), g(ref.get("peak_rss_mb")), ratio("peak_rss_mb")),
-        (f"greedy sentences/s ({d['sentences']} val)", g(d["greedy_sent_per_sec"]), "-", ""),
-        ("beam-5 sentences/s", g(d["beam5_sent_per_sec"]), "-", ""),
+        ("train target tokens/s", g(f["tokens_per_sec"]), g(b["tokens_per_sec"]), g(ref.get("tokens_per_sec")),
+         ratio(f, "tokens_per_sec"), ratio(b, "tokens_per_sec")),
+        ("  the same, median of window pairs", "", "", "", f"{r['speedup_paired']:.2f}x" if ref else "-", ""),
+        ("seconds per update", g(f["sec_per_update"], 2), g(b["sec_per_update"], 2), g(ref.get("sec_per_update"), 2),
+         ratio(f, "sec_per_update"), ratio(b, "sec_per_update")),
+        ("useful GFLOP/s", g(f["useful_gflops"], 1), g(b["useful_gflops"], 1), g(ref.get("useful_gflops"), 1),
+         ratio(f, "useful_gflops"), ratio(b, "useful_gflops")),
+        (f"  % of fp32 matmul rate ({r['matmul_gflops']:.0f} GFLOP/s)", frac(f), frac(b), frac(ref), "", ""),
+        ("MFLOP per target token (fwd+bwd)", g(f["mflop_per_token"], 1), g(b["mflop_per_token"], 1),
+         g(ref.get("mflop_per_token"), 1), "", ""),
+        ("peak RSS, MB", g(f["peak_rss_mb"]), g(b["peak_rss_mb"]), g(ref.get("peak_rss_mb")),
+         ratio(f, "peak_rss_mb"), ratio(b, "peak_rss_mb")),
+        (f"greedy sentences/s ({d['sentences']} val)", g(d["greedy_sent_per_sec"]), "-", "-", "", ""),
+        ("beam-5 sentences/s", g(d["beam5_sent_per_sec"]), "-", "-", "", ""),
         (f"  BLEU greedy / beam-5 ({d['trained_updates'] or 'checkpoint'} updates)",
-         f"{d['greedy_bleu']:.1f} / {d['beam5_bleu']:.1f}", "-", ""),
-        (f"heatmap callback, every {c['every_n_steps']} steps", f"{100 * c['overhead']:.2g}%", "-", ""),
+         f"{d['greedy_bleu']:.1f} / {d['beam5_bleu']:.1f}", "-", "-", "", ""),
+        (f"heatmap callback, every {c['every_n_steps']} steps", f"{100 * c['overhead']:.2g}%", "-", "-", "", ""),
     ]  # fmt: skip
-    rows.insert(0, ("", "fast", "reference", "fast/ref"))
-    w = [max(len(row[i]) for row in rows) for i in range(4)]
-    return "\n".join(f"{a:<{w[0]}}  {b:>{w[1]}}  {c:>{w[2]}}  {d:>{w[3]}}" for a, b, c, d in rows)
+    rows.insert(0, ("", "fast", "fast bf16", "reference", "fast/ref", "bf16/ref"))
+    w = [max(len(row[i]) for row in rows) for i in range(6)]
+    return "\n".join(
+        "  ".join([row[0].ljust(w[0])] + [x.rjust(w[i + 1]) for i, x in enumerate(row[1:])])
+        for row in rows
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -61,6 +61,19 @@ def test_textbook_loader_gives_random_fixed_size_batches(
     assert order.tolist() != sorted(order.tolist())  # shuffled, not length-sorted
 
 
+@pytest.mark.parametrize("score", ["additive", "dot", "scaled"])
+def test_bf16_autocast_path_computes_nearly_the_same_loss(score: str) -> None:
+    torch.manual_seed(0)
+    model = RNNSeq2Seq(40, emb_size=16, hidden_size=32, score=score, dropout=0.0)
+    batch = random_batch(40, [(6, 3), (2, 9), (11, 5), (4, 4)])
+    fp32 = batch_loss(model, batch, 0.1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        bf16 = batch_loss(model, batch, 0.1)
+    assert bf16[0].dtype == torch.float32  # the loss itself is reduced in fp32
+    torch.testing.assert_close(bf16[0], fp32[0], rtol=0.02, atol=0.0)
+    assert not torch.equal(bf16[0], fp32[0])  # it did run in bf16
+
+
 @pytest.mark.slow
 def test_quick_benchmark_writes_every_figure(tiny_corpus, tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)  # the data cache goes to ./data/cache
@@ -69,13 +82,13 @@ def test_quick_benchmark_writes_every_figure(tiny_corpus, tmp_path, monkeypatch,
             "--hidden-size", "32", "--batch-tokens", "400", "--threads", "1", "--json", str(out)]  # fmt: skip
     assert benchmark.main(argv) == 0
     result = json.loads(out.read_text())
-    for path in ("fast", "reference"):
+    for path in ("fast", "bf16", "reference"):
         for key in ("tokens_per_sec", "sec_per_update", "useful_gflops", "matmul_fraction",
                     "mflop_per_token", "peak_rss_mb", "rss_before_training_mb"):  # fmt: skip
             assert result[path][key] > 0, (path, key)
-    assert result["matmul_gflops"] > 0 and result["speedup"] > 0
+    assert result["matmul_gflops"] > 0 and result["speedup"] > 0 and result["speedup_bf16"] > 0
     for key in ("greedy_sent_per_sec", "beam5_sent_per_sec", "greedy_bleu", "beam5_bleu"):
         assert result["decode"][key] >= 0, key
     assert result["callback"]["every_n_steps"] == 500 and result["callback"]["overhead"] > 0
     table = capsys.readouterr().out
-    assert "tokens/s" in table and "beam-5" in table and "callback" in table
+    assert "tokens/s" in table and "beam-5" in table and "callback" in table and "bf16" in table
