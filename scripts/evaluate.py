@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from seq2seq.errors import UserError
+from seq2seq.search import add_search_flags, check_search_flags
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,28 +42,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--lowercase", action="store_true", help="case-insensitive BLEU")
     return parser
-
-
-def add_search_flags(parser: argparse.ArgumentParser) -> None:
-    """Decoding and batching flags, shared in spirit with translate.py."""
-    parser.add_argument("--beam", type=int, default=5, help="beam size (1: greedy search)")
-    parser.add_argument(
-        "--length-penalty", type=float, default=1.0, help="GNMT length penalty alpha"
-    )
-    parser.add_argument(
-        "--max-len-ratio", type=float, default=1.5, help="output limit: ratio * source length"
-    )
-    parser.add_argument("--max-len-extra", type=int, default=10, help="... + this many tokens")
-    size = parser.add_mutually_exclusive_group()
-    size.add_argument(
-        "--batch-tokens", type=int, default=4096, help="source-token budget per batch"
-    )
-    size.add_argument(
-        "--batch-size", type=int, help="sentences per batch (instead of --batch-tokens)"
-    )
-    parser.add_argument(
-        "--device", default="auto", help="cpu, cuda, cuda:1, ... (auto: cuda if available)"
-    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,12 +99,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
 def check_flags(args: argparse.Namespace) -> None:
     if (args.src_file is None) != (args.ref_file is None):
         raise UserError("--src-file and --ref-file go together")
-    for flag in ("beam", "batch_tokens", "batch_size", "max_len_extra"):
-        value = getattr(args, flag, None)
-        if value is not None and value < (0 if flag == "max_len_extra" else 1):
-            raise UserError(f"--{flag.replace('_', '-')} must be positive, got {value}")
-    if args.max_len_ratio <= 0:
-        raise UserError(f"--max-len-ratio must be positive, got {args.max_len_ratio}")
+    check_search_flags(args)
 
 
 def read_files(args: argparse.Namespace) -> tuple[list[str], list[str], str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from seq2seq.errors import UserError
+from seq2seq.search import add_search_flags, check_search_flags
 
 CHUNK = 1000  # lines translated together: big enough for full batches, small enough to stream
 
@@ -22,20 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("checkpoint", metavar="CKPT", help="a .ckpt written by scripts/train.py")
-    parser.add_argument("--beam", type=int, default=5, help="beam size (1: greedy search)")
-    parser.add_argument(
-        "--length-penalty", type=float, default=1.0, help="GNMT length penalty alpha"
-    )
-    parser.add_argument(
-        "--max-len-ratio", type=float, default=1.5, help="output limit: ratio * source length"
-    )
-    parser.add_argument("--max-len-extra", type=int, default=10, help="... + this many tokens")
-    parser.add_argument(
-        "--batch-tokens", type=int, default=4096, help="source-token budget per batch"
-    )
-    parser.add_argument(
-        "--device", default="auto", help="cpu, cuda, cuda:1, ... (auto: cuda if available)"
-    )
+    add_search_flags(parser)
     parser.add_argument(
         "--plot-dir", metavar="DIR", help="write one alignment heatmap PNG per sentence here"
     )
@@ -55,11 +43,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def translate(args: argparse.Namespace, stdin: IO[bytes], stdout: IO[str]) -> int:
-    for flag in ("beam", "batch_tokens"):
-        if getattr(args, flag) < 1:
-            raise UserError(
-                f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}"
-            )
+    check_search_flags(args)
     from seq2seq.data import source_loader
     from seq2seq.search import translate_batches
     from seq2seq.system import load_system, pick_device
@@ -71,7 +55,7 @@ def translate(args: argparse.Namespace, stdin: IO[bytes], stdout: IO[str]) -> in
         kept = [i for i, line in enumerate(lines) if line.strip()]
         hyps = translate_batches(
             system.model,
-            source_loader(tokenizer, [lines[i] for i in kept], args.batch_tokens),
+            source_loader(tokenizer, [lines[i] for i in kept], args.batch_tokens, args.batch_size),
             beam=args.beam,
             length_penalty=args.length_penalty,
             max_len_ratio=args.max_len_ratio,

@@ -12,12 +12,14 @@ Dimension letters: B batch, A sentences still open, K beam, S source length, T s
 N heads (multi-head models).
 """
 
+import argparse
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from seq2seq.errors import UserError
 from seq2seq.models import Seq2Seq, reorder_state
 from seq2seq.tokenizer import BOS, EOS, PAD
 
@@ -321,3 +323,35 @@ def translate_batches(
         normalized=torch.cat([h.normalized.cpu() for h in parts])[rank] if lists else None,
         nbest=lists,
     )
+
+
+def add_search_flags(parser: argparse.ArgumentParser) -> None:
+    """The decoding, batching and device flags that evaluate.py and translate.py share."""
+    parser.add_argument("--beam", type=int, default=5, help="beam size (1: greedy search)")
+    parser.add_argument(
+        "--length-penalty", type=float, default=1.0, help="GNMT length penalty alpha"
+    )
+    parser.add_argument(
+        "--max-len-ratio", type=float, default=1.5, help="output limit: ratio * source length"
+    )
+    parser.add_argument("--max-len-extra", type=int, default=10, help="... + this many tokens")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument(
+        "--batch-tokens", type=int, default=4096, help="source-token budget per batch"
+    )
+    size.add_argument(
+        "--batch-size", type=int, help="sentences per batch (instead of --batch-tokens)"
+    )
+    parser.add_argument(
+        "--device", default="auto", help="cpu, cuda, cuda:1, ... (auto: cuda if available)"
+    )
+
+
+def check_search_flags(args: argparse.Namespace) -> None:
+    """Range checks of the flags `add_search_flags` adds; a bad value is a UserError naming it."""
+    for flag in ("beam", "batch_tokens", "batch_size", "max_len_extra"):
+        value = getattr(args, flag, None)
+        if value is not None and value < (0 if flag == "max_len_extra" else 1):
+            raise UserError(f"--{flag.replace('_', '-')} must be positive, got {value}")
+    if args.max_len_ratio <= 0:
+        raise UserError(f"--max-len-ratio must be positive, got {args.max_len_ratio}")
