@@ -122,7 +122,15 @@ def train(cfg: TrainConfig) -> int:
             f"Logging to {logger.log_dir}; watch it with:\n"
             f"  tensorboard --logdir {folder.save_dir} --samples_per_plugin images=1000"
         )
-    trainer.fit(system, datamodule=dm, ckpt_path=ckpt_path)
+    try:
+        trainer.fit(system, datamodule=dm, ckpt_path=ckpt_path)
+    finally:
+        # Lightning leaves its progress bars open when fit raises (a diverged run, a crash): close
+        # them, or their last state is printed at interpreter exit, after our one-line error.
+        for name in ("_train_progress_bar", "_val_progress_bar"):
+            bar = getattr(trainer.progress_bar_callback, name, None)
+            if bar is not None:
+                bar.close()
     return 0
 
 
