@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from seq2seq.errors import UserError
-from seq2seq.search import add_search_flags, check_search_flags
+from seq2seq.search import add_search_flags, check_search_flags, translate_lines
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,7 +69,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     if not sources:
         raise UserError(f"no sentences to evaluate in {data}")
     start = time.perf_counter()
-    hypotheses = translate_sentences(system, sources, args)
+    hypotheses = translate_lines(system.model, system.tokenizer, sources, args)[0]
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - start
@@ -136,27 +136,6 @@ def pick_split(source: Any, split: str) -> str:
             if name in source.splits():
                 return name
     return source.find_split(split)
-
-
-def translate_sentences(system: Any, sentences: list[str], args: argparse.Namespace) -> list[str]:
-    """Detokenized translations in input order; a blank source line gets a blank hypothesis."""
-    from seq2seq.data import source_loader
-    from seq2seq.search import translate_batches
-
-    tokenizer = system.tokenizer
-    kept = [i for i, s in enumerate(sentences) if s.strip()]
-    hyps = translate_batches(
-        system.model,
-        source_loader(tokenizer, [sentences[i] for i in kept], args.batch_tokens, args.batch_size),
-        beam=args.beam,
-        length_penalty=args.length_penalty,
-        max_len_ratio=args.max_len_ratio,
-        max_len_extra=args.max_len_extra,
-    )
-    out = [""] * len(sentences)
-    for i, ids in zip(kept, hyps.tokens, strict=True):
-        out[i] = tokenizer.decode(ids)
-    return out
 
 
 def default_out(args: argparse.Namespace) -> Path:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from seq2seq.errors import UserError
-from seq2seq.search import add_search_flags, check_search_flags
+from seq2seq.search import add_search_flags, check_search_flags, translate_lines
 
 CHUNK = 1000  # lines translated together: big enough for full batches, small enough to stream
 
@@ -44,26 +44,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def translate(args: argparse.Namespace, stdin: IO[bytes], stdout: IO[str]) -> int:
     check_search_flags(args)
-    from seq2seq.data import source_loader
-    from seq2seq.search import translate_batches
     from seq2seq.system import load_system, pick_device
 
     system = load_system(args.checkpoint).to(pick_device(args.device))
     tokenizer = system.tokenizer
     chunk = 1 if stdin.isatty() else CHUNK  # typing at a terminal: answer each line at once
     for first, lines in read_chunks(stdin, chunk):
-        kept = [i for i, line in enumerate(lines) if line.strip()]
-        hyps = translate_batches(
-            system.model,
-            source_loader(tokenizer, [lines[i] for i in kept], args.batch_tokens, args.batch_size),
-            beam=args.beam,
-            length_penalty=args.length_penalty,
-            max_len_ratio=args.max_len_ratio,
-            max_len_extra=args.max_len_extra,
-        )
-        out = [""] * len(lines)
+        out, kept, hyps = translate_lines(system.model, tokenizer, lines, args)
         for j, i in enumerate(kept):
-            out[i] = tokenizer.decode(hyps.tokens[j]).replace("\n", " ")
+            out[i] = out[i].replace("\n", " ")  # one line out per line in, whatever the model says
             if args.plot_dir:
                 plot(args.plot_dir, first + i, tokenizer, lines[i], hyps.tokens[j], hyps.weights[j])
         stdout.write("".join(line + "\n" for line in out))

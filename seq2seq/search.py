@@ -21,7 +21,7 @@ from torch import Tensor
 
 from seq2seq.errors import UserError
 from seq2seq.models import Seq2Seq, reorder_state
-from seq2seq.tokenizer import BOS, EOS, PAD
+from seq2seq.tokenizer import BOS, EOS, PAD, Tokenizer
 
 NEVER = (
     PAD,
@@ -355,3 +355,31 @@ def check_search_flags(args: argparse.Namespace) -> None:
             raise UserError(f"--{flag.replace('_', '-')} must be positive, got {value}")
     if args.max_len_ratio <= 0:
         raise UserError(f"--max-len-ratio must be positive, got {args.max_len_ratio}")
+
+
+def translate_lines(
+    model: Seq2Seq, tokenizer: Tokenizer, lines: list[str], args: argparse.Namespace
+) -> tuple[list[str], list[int], Hypotheses]:
+    """Translate raw lines with the flags of `add_search_flags`; a blank line gets a blank translation.
+
+    Returns the detokenized translations in input order, the positions of the non-blank lines, and
+    those lines' hypotheses (tokens, scores, weights) in the same order.
+    """
+    from seq2seq.data import (
+        source_loader,  # data pulls in lightning; search itself needs only torch
+    )
+
+    kept = [i for i, line in enumerate(lines) if line.strip()]
+    batches = source_loader(tokenizer, [lines[i] for i in kept], args.batch_tokens, args.batch_size)
+    hyps = translate_batches(
+        model,
+        batches,
+        beam=args.beam,
+        length_penalty=args.length_penalty,
+        max_len_ratio=args.max_len_ratio,
+        max_len_extra=args.max_len_extra,
+    )
+    out = [""] * len(lines)
+    for i, ids in zip(kept, hyps.tokens, strict=True):
+        out[i] = tokenizer.decode(ids)
+    return out, kept, hyps
