@@ -92,3 +92,22 @@ def test_quick_benchmark_writes_every_figure(tiny_corpus, tmp_path, monkeypatch,
     assert result["callback"]["every_n_steps"] == 500 and result["callback"]["overhead"] > 0
     table = capsys.readouterr().out
     assert "tokens/s" in table and "beam-5" in table and "callback" in table and "bf16" in table
+    assert result["device"]["type"] == "cpu" and result["left_out"] == {}
+    assert result["bf16"]["matmul_fraction_of"] == "fp32" and result["matmul_bf16_gflops"] is None
+    # The table of a CUDA run (not runnable here): its own rate and memory rows, no RSS.
+    result["device"] = {"type": "cuda", "name": "GPU", "cuda": "12.8", "cudnn": 91000, "torch": "2",
+                        "float32_matmul_precision": "highest", "cudnn_rnn_fp32_precision": "tf32",
+                        "bf16_autocast_encoder_dtype": "float16"}  # fmt: skip
+    result["matmul_bf16_gflops"] = 2 * result["matmul_gflops"]
+    for path in ("fast", "bf16", "reference"):
+        result[path]["peak_gpu_mb"] = result[path].pop("peak_rss_mb")
+    gpu = benchmark.table(result)
+    assert "bf16 col.: bf16" in gpu and "peak GPU memory" in gpu and "cuDNN 91000" in gpu
+    assert "RSS probes are skipped" in gpu and "peak RSS" not in gpu
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal needs a machine without CUDA")
+def test_device_cuda_without_cuda_is_refused_in_one_line(capsys) -> None:
+    assert benchmark.main(["--device", "cuda", "--quick"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: --device cuda") and "CUDA" in err
