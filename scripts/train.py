@@ -4,6 +4,7 @@ import dataclasses
 import os
 import sys
 import warnings
+from datetime import timedelta
 
 from seq2seq.config import TrainConfig, parse_args
 from seq2seq.errors import TrainingDiverged, UserError
@@ -26,6 +27,7 @@ def build_trainer(cfg: TrainConfig, callbacks: list, logger) -> "L.Trainer":  # 
         precision=cfg.precision,
         max_epochs=cfg.max_epochs,
         max_steps=cfg.max_steps,
+        max_time=None if cfg.max_minutes is None else timedelta(minutes=cfg.max_minutes),
         logger=logger,
         callbacks=callbacks,
         plugins=[AtomicCheckpointIO()],  # a kill during a save keeps the previous checkpoint
@@ -108,7 +110,11 @@ def train(cfg: TrainConfig) -> int:
         folder.save_dir, name=folder.name, version=folder.version, default_hp_metric=False
     )
     ckpt_dir = os.path.join(logger.log_dir, "checkpoints")
-    callbacks = [*checkpoint_callbacks(ckpt_dir), TokensPerSecond(), NonFiniteLossGuard()]
+    callbacks = [
+        *checkpoint_callbacks(ckpt_dir, cfg.keep_best),
+        TokensPerSecond(),
+        NonFiniteLossGuard(),
+    ]
     if cfg.heatmap_every > 0:
         callbacks.append(AttentionHeatmaps(cfg.heatmap_every, cfg.heatmap_sentences))
     if cfg.patience > 0:

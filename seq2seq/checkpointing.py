@@ -96,8 +96,8 @@ class LastCheckpoint(ModelCheckpoint):
             self._save_topk_checkpoint(trainer, self._monitor_candidates(trainer))
 
 
-def checkpoint_callbacks(dirpath: str | Path) -> list[ModelCheckpoint]:
-    """`best-<step>.ckpt` (highest validation BLEU) and `last.ckpt` in `dirpath`.
+def checkpoint_callbacks(dirpath: str | Path, keep_best: int = 1) -> list[ModelCheckpoint]:
+    """`best-<step>.ckpt` (the `keep_best` highest validation BLEUs) and `last.ckpt` in `dirpath`.
 
     An explicit `dirpath` is stored resolved (Lightning applies realpath), so a resumed run finds the
     same folder in the checkpoint's callback state and carries on its best-BLEU tracking.
@@ -107,6 +107,7 @@ def checkpoint_callbacks(dirpath: str | Path) -> list[ModelCheckpoint]:
         monitor="val/bleu",
         mode="max",
         filename="best-{step}",
+        save_top_k=keep_best,
         auto_insert_metric_name=False,  # "val/bleu=" in a file name would make a subfolder
     )
     return [best, LastCheckpoint(dirpath)]

@@ -60,10 +60,18 @@ class TrainConfig:
     min_lr_ratio: float = _opt(0.1, "the learning rate never falls below lr * this ratio")
     label_smoothing: float = _opt(0.1, "label smoothing of the cross-entropy")
     clip_norm: float = _opt(1.0, "gradient-norm clipping (0: off)")
-    max_epochs: int = _opt(12, "stop after this many epochs")
+    max_epochs: int | None = _opt(
+        None, "stop after this many epochs (default: 20 for rnn, 40 for transformer)"
+    )
+    max_minutes: float | None = _opt(
+        None, "also stop after this many minutes of training; checkpoints are kept"
+    )
     max_steps: int = _opt(-1, "stop after this many updates (-1: no limit)")
     val_every: int | None = _opt(None, "validate every N updates (default: once per epoch)")
     patience: int = _opt(0, "stop after N validations without a better BLEU (0: never)")
+    keep_best: int = _opt(
+        5, "keep the N checkpoints with the best validation BLEU (for average_checkpoints.py)"
+    )
     val_beam: int = _opt(1, "beam size for validation BLEU (1: greedy)")
     # run
     seed: int = _opt(1, "random seed (weights, batch order, dropout)")
@@ -81,6 +89,10 @@ class TrainConfig:
         None, "continue a run: a checkpoint PATH, or the latest run when no PATH"
     )
 
+    def __post_init__(self) -> None:
+        if self.max_epochs is None:  # the Transformer needs more epochs to converge than the GRU
+            self.max_epochs = DEFAULT_EPOCHS.get(self.model, DEFAULT_EPOCHS["rnn"])
+
     @property
     def name(self) -> str:
         """The run folder's name."""
@@ -88,6 +100,8 @@ class TrainConfig:
             return self.run_name
         return "transformer" if self.model == "transformer" else f"rnn-{self.score}"
 
+
+DEFAULT_EPOCHS = {"rnn": 20, "transformer": 40}
 
 POSITIVE = (
     "emb_size",
@@ -102,6 +116,7 @@ POSITIVE = (
     "batch_tokens",
     "max_epochs",
     "val_beam",
+    "keep_best",
     "heatmap_sentences",
 )
 
@@ -129,6 +144,8 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         raise UserError(f"--dropout must be in [0, 1), got {cfg.dropout}")
     if not 0.0 <= cfg.label_smoothing < 1.0:
         raise UserError(f"--label-smoothing must be in [0, 1), got {cfg.label_smoothing}")
+    if cfg.max_minutes is not None and cfg.max_minutes <= 0:
+        raise UserError(f"--max-minutes must be positive, got {cfg.max_minutes}")
     if cfg.lr <= 0:
         raise UserError(f"--lr must be positive, got {cfg.lr}")
     if cfg.max_steps == 0 or cfg.max_steps < -1:

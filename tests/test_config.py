@@ -12,6 +12,18 @@ def test_defaults_need_no_flags() -> None:
     assert cfg.name == "rnn-additive"
 
 
+def test_epochs_default_per_model_unless_given(tmp_path) -> None:
+    assert parse_args([]).max_epochs == 20
+    assert parse_args(["--model", "transformer"]).max_epochs == 40
+    assert parse_args(["--model", "transformer", "--max-epochs", "3"]).max_epochs == 3
+    path = tmp_path / "run.yaml"
+    path.write_text("model: transformer\n")
+    assert parse_args(["--config", str(path)]).max_epochs == 40
+    # A saved config holds the resolved number, so a checkpoint rebuilds the same run.
+    saved = dataclasses.asdict(parse_args(["--model", "transformer"]))
+    assert config_from_dict(saved, "hparams").max_epochs == 40
+
+
 def test_every_field_has_a_flag_with_its_default_in_help() -> None:
     text = build_parser().format_help()
     for f in dataclasses.fields(TrainConfig):
@@ -48,6 +60,8 @@ def test_bad_choice_in_yaml_names_the_flag(tmp_path) -> None:
         (["--hidden-size", "63"], "--hidden-size must be even"),
         (["--max-steps", "0"], "--max-steps must be positive or -1"),
         (["--src", "en", "--tgt", "en"], "--src and --tgt"),
+        (["--max-minutes", "0"], "--max-minutes must be positive"),
+        (["--keep-best", "0"], "--keep-best must be positive"),
     ],
 )
 def test_out_of_range_flags_are_named(argv: list[str], message: str) -> None:

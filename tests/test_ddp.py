@@ -29,7 +29,8 @@ def test_two_process_ddp_trains_and_its_bleu_equals_one_process_bleu(
     tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     flags = tiny_train_args(tiny_corpus, tmp_path / "runs", *LEARNS, "--label-smoothing", "0")
-    flags += ["--devices", "2", "--strategy", "ddp", "--max-steps", "40", "--val-every", "10"]
+    flags += ["--devices", "2", "--strategy", "ddp", "--max-steps", "40", "--val-every", "10",
+              "--keep-best", "1"]  # fmt: skip
     flags += ["--max-epochs", "1000"]  # --max-steps decides
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # two processes on two shared cores
     run = subprocess.run(

@@ -48,7 +48,14 @@ def test_run_killed_after_its_first_checkpoint_resumes_to_the_last_step(
     tiny_corpus: Path, tmp_path: Path
 ) -> None:
     flags = tiny_train_args(
-        tiny_corpus, tmp_path / "runs", "--max-steps", "120", "--val-every", "20"
+        tiny_corpus,
+        tmp_path / "runs",
+        "--max-steps",
+        "120",
+        "--val-every",
+        "20",
+        "--keep-best",
+        "1",
     )
     flags += ["--max-epochs", "1000"]  # 120 steps are 14 epochs of the tiny corpus
     command = [sys.executable, str(SCRIPT), *flags]

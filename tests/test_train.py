@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.conftest import load_script, tiny_train_args, write_corpus
@@ -28,12 +29,27 @@ def test_train_writes_logs_and_checkpoints_and_loss_falls(
     assert (run / "hparams.yaml").read_text().count(f"score: {score}") == 1
     assert list(run.glob("events.out.tfevents.*"))
     assert (run / "checkpoints" / "last.ckpt").is_file()
-    assert len(list((run / "checkpoints").glob("best-*.ckpt"))) == 1
+    # --keep-best 5 (the default) keeps both validations' checkpoints, named by their steps.
+    assert sorted(p.name for p in (run / "checkpoints").glob("best-*.ckpt")) == [
+        "best-20.ckpt",
+        "best-40.ckpt",
+    ]
     losses = scalars(run, "train/loss")
     assert len(losses) >= 3 and losses[-1] < 0.95 * losses[0]
     for tag in ("val/bleu", "val/loss", "val/ppl", "val/attn_entropy", "lr", "train/grad_norm",
                 "train/tokens_per_sec"):  # fmt: skip
         assert scalars(run, tag), tag
+
+
+def test_max_minutes_stops_early_and_keeps_the_last_checkpoint(tiny_corpus, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--max-steps", "100000")
+    assert train.main(args + ["--max-minutes", "0.001"]) == 0  # 60 ms: a few updates at most
+    last = torch.load(
+        tmp_path / "runs" / "rnn-additive" / "version_0" / "checkpoints" / "last.ckpt",
+        weights_only=True,
+    )
+    assert 1 <= last["global_step"] < 1000
 
 
 def test_mismatched_corpus_is_refused_with_both_counts(tmp_path, monkeypatch, capsys):
