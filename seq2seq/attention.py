@@ -85,8 +85,37 @@ class AdditiveScorer(nn.Module):
 
     def forward(self, query: Tensor, proj_keys: Tensor) -> Tensor:
         """Args: query (B, Q); proj_keys (B, S, A) from `project_keys`. Returns scores (B, S)."""
-        energy = torch.tanh(self.query_proj(query).unsqueeze(1) + proj_keys)  # (B, S, A)
-        return self.energy(energy).squeeze(-1)  # (B, S)
+        return AdditiveEnergy.apply(self.query_proj(query), proj_keys, self.energy.weight)  # (B, S)
+
+
+class AdditiveEnergy(torch.autograd.Function):
+    """w_v^T tanh(q + k_j) for every j, keeping nothing of size B x S x A for backward.
+
+    Autograd would keep tanh(...) (B, S, A) for every decoder step until backward: the largest part of
+    training memory for long batches. Backward recomputes it from q and the projected keys instead, which
+    are kept anyway; that costs one more add and tanh per step.
+    """
+
+    @staticmethod
+    def forward(ctx, proj_query: Tensor, proj_keys: Tensor, weight: Tensor) -> Tensor:
+        # proj_query (B, A), proj_keys (B, S, A), weight (1, A) -> scores (B, S)
+        ctx.save_for_backward(proj_query, proj_keys, weight)
+        energy = torch.tanh(proj_query.unsqueeze(1) + proj_keys)  # (B, S, A)
+        return F.linear(energy, weight).squeeze(-1)  # (B, S)
+
+    @staticmethod
+    def backward(ctx, grad_scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        proj_query, proj_keys, weight = ctx.saved_tensors
+        energy = torch.tanh(proj_query.unsqueeze(1) + proj_keys)  # (B, S, A), recomputed
+        grad = grad_scores.to(energy.dtype)  # (B, S)
+        grad_weight = grad.reshape(1, -1) @ energy.reshape(-1, energy.size(-1))  # (1, A)
+        grad_energy = grad.unsqueeze(-1) * weight.to(energy.dtype)  # (B, S, A)
+        grad_pre = torch.ops.aten.tanh_backward(grad_energy, energy)  # (B, S, A): * (1 - tanh^2)
+        return (
+            grad_pre.sum(1).to(proj_query.dtype),  # (B, A)
+            grad_pre.to(proj_keys.dtype),  # (B, S, A)
+            grad_weight.to(weight.dtype),  # (1, A)
+        )
 
 
 class DotScorer(nn.Module):

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from seq2seq.attention import (
+    AdditiveEnergy,
     AdditiveScorer,
     attend,
     lengths_to_mask,
@@ -85,3 +86,47 @@ def test_additive_scorer_keeps_no_state_between_calls() -> None:
     proj_a = scorer.project_keys(keys_a)
     scorer.project_keys(keys_b)  # projecting other keys must not change what proj_a scores
     torch.testing.assert_close(scorer(query, proj_a), scorer(query, scorer.project_keys(keys_a)))
+
+
+def test_additive_energy_gradients_equal_autograd_of_the_formula() -> None:
+    torch.manual_seed(2)
+    q = torch.randn(3, 5, dtype=torch.double, requires_grad=True)  # (B, A)
+    k = torch.randn(3, 4, 5, dtype=torch.double, requires_grad=True)  # (B, S, A)
+    w = torch.randn(1, 5, dtype=torch.double, requires_grad=True)  # (1, A)
+    assert torch.autograd.gradcheck(AdditiveEnergy.apply, (q, k, w))
+    upstream = torch.randn(3, 4, dtype=torch.double)  # (B, S)
+    ours = torch.autograd.grad((AdditiveEnergy.apply(q, k, w) * upstream).sum(), (q, k, w))
+    plain = (torch.tanh(q.unsqueeze(1) + k) @ w.T).squeeze(-1)  # what autograd would differentiate
+    expected = torch.autograd.grad((plain * upstream).sum(), (q, k, w))
+    for got, want in zip(ours, expected, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_additive_energy_keeps_only_its_inputs_for_backward() -> None:
+    """Nothing of size B x S x A is saved per decoder step beyond the projected keys themselves."""
+    scorer = AdditiveScorer(8, 8, 16)
+    proj_keys = scorer.project_keys(torch.randn(4, 7, 8))  # (B, S, A)
+    query = torch.randn(4, 8, requires_grad=True)
+    saved: list[torch.Tensor] = []
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        saved.append(tensor)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        scorer(query, proj_keys).sum().backward()
+    big = [t for t in saved if t.numel() >= proj_keys.numel()]
+    assert big and all(t.data_ptr() == proj_keys.data_ptr() for t in big)
+
+
+def test_additive_scorer_under_bf16_autocast_gives_parameter_dtype_gradients() -> None:
+    scorer = AdditiveScorer(8, 8, 16)
+    keys, query = torch.randn(2, 5, 8), torch.randn(2, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        scores = scorer(query, scorer.project_keys(keys))  # (B, S)
+    assert scores.dtype == torch.bfloat16
+    scores.float().sum().backward()
+    for p in scorer.parameters():
+        assert p.grad.dtype == torch.float32 and torch.isfinite(p.grad).all()
+    reference = scorer(query, scorer.project_keys(keys))
+    torch.testing.assert_close(scores.float(), reference, atol=0.05, rtol=0.05)
