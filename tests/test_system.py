@@ -20,6 +20,27 @@ def test_smoothed_nll_equals_torch_cross_entropy(smoothing: float) -> None:
     torch.testing.assert_close(nll, F.cross_entropy(logits, target, reduction="sum"))
 
 
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_smoothed_nll_gradients_equal_autograd_of_torch_cross_entropy(smoothing: float) -> None:
+    torch.manual_seed(3)
+    logits = torch.randn(6, 9, dtype=torch.double, requires_grad=True)
+    target = torch.randint(0, 9, (6,))
+    assert torch.autograd.gradcheck(lambda x: smoothed_nll(x, target, smoothing), (logits,))
+    loss, nll = smoothed_nll(logits, target, smoothing)
+    ours = torch.autograd.grad(0.7 * loss + 0.3 * nll, logits)[0]
+    expected = F.cross_entropy(logits, target, label_smoothing=smoothing, reduction="sum")
+    expected = 0.7 * expected + 0.3 * F.cross_entropy(logits, target, reduction="sum")
+    torch.testing.assert_close(ours, torch.autograd.grad(expected, logits)[0])
+
+
+def test_smoothed_nll_of_bf16_logits_is_fp32_with_bf16_gradients() -> None:
+    logits = torch.randn(5, 7).to(torch.bfloat16).requires_grad_()
+    loss, nll = smoothed_nll(logits, torch.randint(0, 7, (5,)), 0.1)
+    assert loss.dtype == nll.dtype == torch.float32
+    loss.backward()
+    assert logits.grad.dtype == torch.bfloat16 and torch.isfinite(logits.grad.float()).all()
+
+
 def reverse_batch(n: int = 6, vocab: int = 14) -> dict[str, torch.Tensor]:
     """n random sentences and their reversals, in the batch format of seq2seq.data."""
     gen = torch.Generator().manual_seed(0)
