@@ -83,17 +83,27 @@ class AdditiveScorer(nn.Module):
         """Args: keys (B, S, K). Returns W_k k, (B, S, A)."""
         return self.key_proj(keys)  # (B, S, A)
 
+    # Sources longer than this are scored by AdditiveEnergy, which recomputes tanh(W_q q + W_k k) in
+    # backward instead of keeping it. A token-budget batch keeps about budget x S x A floats of it over
+    # all decoder steps: 100 MB at S = 24 for 2,048 tokens and A = 512, 400 MB at S = 100. Shorter
+    # batches, most of them, keep it: recomputing costs an add and a tanh per step.
+    RECOMPUTE_ABOVE = 24
+
     def forward(self, query: Tensor, proj_keys: Tensor) -> Tensor:
         """Args: query (B, Q); proj_keys (B, S, A) from `project_keys`. Returns scores (B, S)."""
-        return AdditiveEnergy.apply(self.query_proj(query), proj_keys, self.energy.weight)  # (B, S)
+        proj_query = self.query_proj(query)  # (B, A)
+        if proj_keys.size(1) > self.RECOMPUTE_ABOVE and torch.is_grad_enabled():
+            return AdditiveEnergy.apply(proj_query, proj_keys, self.energy.weight)  # (B, S)
+        energy = torch.tanh(proj_query.unsqueeze(1) + proj_keys)  # (B, S, A)
+        return self.energy(energy).squeeze(-1)  # (B, S)
 
 
 class AdditiveEnergy(torch.autograd.Function):
     """w_v^T tanh(q + k_j) for every j, keeping nothing of size B x S x A for backward.
 
-    Autograd would keep tanh(...) (B, S, A) for every decoder step until backward: the largest part of
-    training memory for long batches. Backward recomputes it from q and the projected keys instead, which
-    are kept anyway; that costs one more add and tanh per step.
+    Autograd would keep tanh(...) (B, S, A) for every decoder step until backward: on long batches the
+    largest part of training memory. Backward recomputes it from q and the projected keys instead, which
+    are kept anyway.
     """
 
     @staticmethod

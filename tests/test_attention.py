@@ -105,7 +105,8 @@ def test_additive_energy_gradients_equal_autograd_of_the_formula() -> None:
 def test_additive_energy_keeps_only_its_inputs_for_backward() -> None:
     """Nothing of size B x S x A is saved per decoder step beyond the projected keys themselves."""
     scorer = AdditiveScorer(8, 8, 16)
-    proj_keys = scorer.project_keys(torch.randn(4, 7, 8))  # (B, S, A)
+    source_len = AdditiveScorer.RECOMPUTE_ABOVE + 1  # long sources: recomputed
+    proj_keys = scorer.project_keys(torch.randn(4, source_len, 8))  # (B, S, A)
     query = torch.randn(4, 8, requires_grad=True)
     saved: list[torch.Tensor] = []
 
@@ -130,3 +131,21 @@ def test_additive_scorer_under_bf16_autocast_gives_parameter_dtype_gradients() -
         assert p.grad.dtype == torch.float32 and torch.isfinite(p.grad).all()
     reference = scorer(query, scorer.project_keys(keys))
     torch.testing.assert_close(scores.float(), reference, atol=0.05, rtol=0.05)
+
+
+def test_additive_scores_and_gradients_agree_on_both_sides_of_the_recompute_length() -> None:
+    torch.manual_seed(4)
+    scorer = AdditiveScorer(8, 8, 16)
+    long_len = AdditiveScorer.RECOMPUTE_ABOVE + 3
+    keys, query = torch.randn(2, long_len, 8), torch.randn(2, 8)
+    grads = []
+    for recompute_above in (long_len, AdditiveScorer.RECOMPUTE_ABOVE):  # kept, then recomputed
+        scorer.RECOMPUTE_ABOVE = recompute_above
+        scorer.zero_grad()
+        scores = scorer(query, scorer.project_keys(keys))  # (B, S)
+        (scores * torch.linspace(-1, 1, long_len)).sum().backward()
+        grads.append((scores.detach(), [p.grad.clone() for p in scorer.parameters()]))
+    (kept, kept_grads), (recomputed, recomputed_grads) = grads
+    torch.testing.assert_close(kept, recomputed)
+    for a, b in zip(kept_grads, recomputed_grads, strict=True):
+        torch.testing.assert_close(a, b)
