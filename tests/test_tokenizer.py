@@ -74,15 +74,15 @@ def test_cache_is_reused(
     calls = _count_training(monkeypatch)
     texts = lambda: (tiny_corpus / "train.en").read_text("utf-8").splitlines()  # noqa: E731
     first = load_or_train_tokenizer(tmp_path, texts, 60, key="tiny-en")
-    path = tmp_path / "spm-tiny-en-v60.model"
+    path = tmp_path / f"spm-tiny-en-v60-{tok.RECIPE}.model"
     mtime = path.stat().st_mtime_ns
     second = load_or_train_tokenizer(tmp_path, texts, 60, key="tiny-en")
     assert calls == [60] and path.stat().st_mtime_ns == mtime
     assert second.to_bytes() == first.to_bytes()
     load_or_train_tokenizer(tmp_path, texts, 70, key="tiny-en")  # other settings, other file
     assert calls == [60, 70] and sorted(p.name for p in tmp_path.iterdir()) == [
-        "spm-tiny-en-v60.model",
-        "spm-tiny-en-v70.model",
+        f"spm-tiny-en-v60-{tok.RECIPE}.model",
+        f"spm-tiny-en-v70-{tok.RECIPE}.model",
     ]
 
 
@@ -100,6 +100,21 @@ def test_cache_write_is_atomic(
 
 
 def test_corrupt_cache_names_the_file(tmp_path: Path) -> None:
-    (tmp_path / "spm-k-v60.model").write_bytes(b"\x00garbage")
-    with pytest.raises(UserError, match="spm-k-v60.model"):
+    (tmp_path / f"spm-k-v60-{tok.RECIPE}.model").write_bytes(b"\x00garbage")
+    with pytest.raises(UserError, match=f"spm-k-v60-{tok.RECIPE}.model"):
         load_or_train_tokenizer(tmp_path, lambda: [], 60, key="k")
+
+
+def test_training_gives_the_same_model_whatever_the_machine_s_core_count(
+    tiny_corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # sentencepiece's result depends on its thread count; a default taken from the machine would make
+    # the same command give another tokenizer (and other BLEU) on a machine with more cores.
+    texts = []
+    for lang in ("de", "en"):
+        texts += (tiny_corpus / f"train.{lang}").read_text("utf-8").splitlines()
+    models = []
+    for cores in (1, 16):
+        monkeypatch.setattr(tok.os, "cpu_count", lambda cores=cores: cores)
+        models.append(Tokenizer.train(texts, vocab_size=100).to_bytes())
+    assert models[0] == models[1]
