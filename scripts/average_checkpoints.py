@@ -17,8 +17,9 @@ from seq2seq.errors import UserError
 
 # Keys that may change between checkpoints of one run (a resumed run can raise --max-steps, ...).
 RUN_CONTROL = {
-    "max_epochs", "max_steps", "max_minutes", "keep_best", "resume", "val_every", "patience", "val_beam", "heatmap_every",
-    "heatmap_sentences", "accelerator", "devices", "strategy", "precision", "num_workers", "log_dir",
+    "max_epochs", "max_steps", "max_minutes", "keep_best", "resume", "val_every", "patience",
+    "val_beam", "heatmap_every", "heatmap_sentences", "accelerator", "devices", "strategy",
+    "precision", "num_workers", "log_dir",
 }  # fmt: skip
 KEPT = ("epoch", "global_step", "pytorch-lightning_version", "hparams_name", "hyper_parameters",
         "seq2seq_version", "tokenizer")  # fmt: skip

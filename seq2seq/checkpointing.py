@@ -96,7 +96,7 @@ class LastCheckpoint(ModelCheckpoint):
             self._save_topk_checkpoint(trainer, self._monitor_candidates(trainer))
 
 
-def checkpoint_callbacks(dirpath: str | Path, keep_best: int = 1) -> list[ModelCheckpoint]:
+def checkpoint_callbacks(dirpath: str | Path, keep_best: int) -> list[ModelCheckpoint]:
     """`best-<step>.ckpt` (the `keep_best` highest validation BLEUs) and `last.ckpt` in `dirpath`.
 
     An explicit `dirpath` is stored resolved (Lightning applies realpath), so a resumed run finds the

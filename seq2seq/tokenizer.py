@@ -18,8 +18,8 @@ import sentencepiece as spm
 from seq2seq.errors import UserError
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
-# sentencepiece's trainer sums its statistics per thread, so its model depends on the thread count:
-# one fixed count gives every machine the same model for the same corpus (about 4 s for Multi30k).
+# sentencepiece's model depends on its trainer's thread count (1, 2 and 16 threads give three different
+# Multi30k models): one fixed count gives every machine the same model. One thread takes 3 s here.
 TRAIN_THREADS = 1
 # Part of cached model names: bumped when the training recipe changes, so old caches are not reused.
 RECIPE = "t1"
