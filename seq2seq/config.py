@@ -172,11 +172,18 @@ def _base_type(annotation: Any) -> Any:
     return annotation
 
 
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends "(default: X)" unless the help already says what the default is."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.help and "default:" in action.help:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     """One flag per TrainConfig field; choices from Literal types; --help shows every default."""
-    parser = argparse.ArgumentParser(
-        description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=description, formatter_class=_DefaultsFormatter)
     parser.add_argument(
         "--config", metavar="FILE", help="YAML file of these keys; flags override it"
     )

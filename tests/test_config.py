@@ -29,6 +29,12 @@ def test_every_field_has_a_flag_with_its_default_in_help() -> None:
     for f in dataclasses.fields(TrainConfig):
         assert "--" + f.name.replace("_", "-") in text
     assert "{additive,dot,scaled}" in text and "(default: 2048)" in text
+    # A default that depends on other flags is explained in words, not shown as None.
+    flat = " ".join(text.split())
+    assert (
+        "(default: 20 for rnn, 40 for transformer)" in flat
+        and "40 for transformer) (default" not in flat
+    )
 
 
 def test_flags_override_yaml_which_overrides_defaults(tmp_path) -> None:
