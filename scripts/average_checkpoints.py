@@ -51,21 +51,26 @@ def average_checkpoints(paths: list[str], out: str | Path) -> Path:
     if len(paths) < 2:
         raise UserError(f"averaging needs two or more checkpoints, got {len(paths)}")
     first = read_checkpoint(paths[0])
+    groups = tied_groups(first["state_dict"])
     total = {
         name: value.double() if value.is_floating_point() else value
         for name, value in first["state_dict"].items()
+        if name in groups
     }
     for path in paths[1:]:
         other = read_checkpoint(path)
         check_same_run(paths[0], first, path, other)
-        for name, value in other["state_dict"].items():
+        for name in groups:
+            value = other["state_dict"][name]
             if value.is_floating_point():
                 total[name] += value.double()  # float64 sums: no rounding drift over many files
     state = {}
-    for name, value in first["state_dict"].items():
-        state[name] = (
-            (total[name] / len(paths)).to(value.dtype) if value.is_floating_point() else value
-        )
+    for name, tied in groups.items():
+        value = first["state_dict"][name]
+        mean = (total[name] / len(paths)).to(value.dtype) if value.is_floating_point() else value
+        for alias in tied:  # tied weights stay one tensor: saved once, loaded as one
+            state[alias] = mean
+    state = {name: state[name] for name in first["state_dict"]}  # the original order
     averaged = {key: first[key] for key in KEPT if key in first}
     averaged["state_dict"] = state
     averaged["averaged_from"] = [str(p) for p in paths]
@@ -75,6 +80,20 @@ def average_checkpoints(paths: list[str], out: str | Path) -> Path:
     except OSError as err:
         raise UserError(f"--out {out}: cannot write ({err.strerror})") from None
     return out
+
+
+def tied_groups(state_dict: dict[str, Any]) -> dict[str, list[str]]:
+    """The state dict's names grouped by the tensor they share (tied embeddings): first name -> all."""
+    groups: dict[tuple, list[str]] = {}
+    for name, value in state_dict.items():
+        key = (
+            value.untyped_storage().data_ptr(),
+            value.storage_offset(),
+            value.shape,
+            value.stride(),
+        )
+        groups.setdefault(key, []).append(name)
+    return {names[0]: names for names in groups.values()}
 
 
 def check_same_run(name_a: str, a: dict[str, Any], name_b: str, b: dict[str, Any]) -> None:
@@ -92,7 +111,7 @@ def check_same_run(name_a: str, a: dict[str, Any], name_b: str, b: dict[str, Any
         )
     shapes_a = {k: tuple(v.shape) for k, v in a["state_dict"].items()}
     shapes_b = {k: tuple(v.shape) for k, v in b["state_dict"].items()}
-    if shapes_a != shapes_b:
+    if shapes_a != shapes_b or tied_groups(a["state_dict"]) != tied_groups(b["state_dict"]):
         raise UserError(
             f"{name_a} and {name_b} hold different parameters; refusing to average them"
         )

@@ -153,13 +153,12 @@ def test_averaging_two_checkpoints_gives_the_mean_of_their_weights(
     tiny_checkpoint: Path, tmp_path: Path, capsys
 ) -> None:
     a = torch.load(tiny_checkpoint, weights_only=True)
-    b = dict(
-        a,
-        state_dict={
-            k: v + torch.randn_like(v) if v.is_floating_point() else v
-            for k, v in a["state_dict"].items()
-        },
-    )
+    # Another point of the same run: every weight moved, tied weights (one tensor) moved together.
+    moved: dict[int, torch.Tensor] = {}
+    for value in a["state_dict"].values():
+        if value.is_floating_point():
+            moved.setdefault(value.data_ptr(), value + torch.randn_like(value))
+    b = dict(a, state_dict={k: moved.get(v.data_ptr(), v) for k, v in a["state_dict"].items()})
     torch.save(b, tmp_path / "b.ckpt")
     out = tmp_path / "avg.ckpt"
     assert average.main([str(tiny_checkpoint), str(tmp_path / "b.ckpt"), "--out", str(out)]) == 0
@@ -167,6 +166,9 @@ def test_averaging_two_checkpoints_gives_the_mean_of_their_weights(
     assert mean["tokenizer"] == a["tokenizer"] and "optimizer_states" not in mean
     for name, value in a["state_dict"].items():
         torch.testing.assert_close(mean["state_dict"][name], (value + b["state_dict"][name]) / 2)
+    # The tied embedding and output layer are still one tensor, written once.
+    tied = mean["state_dict"]["model.generator.weight"]
+    assert tied.data_ptr() == mean["state_dict"]["model.encoder.embedding.weight"].data_ptr()
     assert evaluate.main([str(out), "--src-file", str(tiny_checkpoint.parents[4] / "corpus" / "val.de"),
                           "--ref-file", str(tiny_checkpoint.parents[4] / "corpus" / "val.en"),
                           "--out", str(tmp_path / "h.txt")]) == 0  # fmt: skip
