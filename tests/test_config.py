@@ -14,14 +14,14 @@ def test_defaults_need_no_flags() -> None:
 
 def test_epochs_default_per_model_unless_given(tmp_path) -> None:
     assert parse_args([]).max_epochs == 20
-    assert parse_args(["--model", "transformer"]).max_epochs == 40
+    assert parse_args(["--model", "transformer"]).max_epochs == 25
     assert parse_args(["--model", "transformer", "--max-epochs", "3"]).max_epochs == 3
     path = tmp_path / "run.yaml"
     path.write_text("model: transformer\n")
-    assert parse_args(["--config", str(path)]).max_epochs == 40
+    assert parse_args(["--config", str(path)]).max_epochs == 25
     # A saved config holds the resolved number, so a checkpoint rebuilds the same run.
     saved = dataclasses.asdict(parse_args(["--model", "transformer"]))
-    assert config_from_dict(saved, "hparams").max_epochs == 40
+    assert config_from_dict(saved, "hparams").max_epochs == 25
 
 
 def test_every_field_has_a_flag_with_its_default_in_help() -> None:
@@ -32,8 +32,8 @@ def test_every_field_has_a_flag_with_its_default_in_help() -> None:
     # A default that depends on other flags is explained in words, not shown as None.
     flat = " ".join(text.split())
     assert (
-        "(default: 20 for rnn, 40 for transformer)" in flat
-        and "40 for transformer) (default" not in flat
+        "(default: 20 for rnn, 25 for transformer)" in flat
+        and "25 for transformer) (default" not in flat
     )
 
 
