@@ -179,3 +179,8 @@ def test_averaging_two_checkpoints_gives_the_mean_of_their_weights(
     )
     assert average.main([str(tiny_checkpoint), str(tmp_path / "c.ckpt"), "--out", str(out)]) == 2
     assert "emb_size" in one_line_error(capsys)
+    # The same names and shapes, but the output layer no longer shares the embedding's tensor.
+    untied = dict(a["state_dict"], **{"model.generator.weight": tied.clone()})
+    torch.save(dict(a, state_dict=untied), tmp_path / "d.ckpt")
+    assert average.main([str(tiny_checkpoint), str(tmp_path / "d.ckpt"), "--out", str(out)]) == 2
+    assert "different parameters" in one_line_error(capsys)
