@@ -2,8 +2,8 @@
 
     python scripts/average_checkpoints.py run/checkpoints/best-*.ckpt run/checkpoints/last.ckpt --out avg.ckpt
 
-The result is a checkpoint like any other for evaluate.py and translate.py (config and tokenizer inside),
-written atomically. Checkpoints whose model, data or tokenizer differ are refused: their parameters do not
+The result is a checkpoint like any other for evaluate.py and translate.py (model and tokenizer inside),
+written atomically. Checkpoints whose model arguments or tokenizer differ are refused: their parameters do not
 live in one space, so their mean means nothing. The averaged file carries no optimizer state: it is for
 decoding, not for resuming.
 """
@@ -15,14 +15,8 @@ from typing import Any
 
 from seq2seq.errors import UserError
 
-# Keys that may change between checkpoints of one run (a resumed run can raise --max-steps, ...).
-RUN_CONTROL = {
-    "max_epochs", "max_steps", "max_minutes", "keep_best", "resume", "val_every", "patience",
-    "val_beam", "heatmap_every", "heatmap_sentences", "accelerator", "devices", "strategy",
-    "precision", "num_workers", "log_dir",
-}  # fmt: skip
-KEPT = ("epoch", "global_step", "pytorch-lightning_version", "hparams_name", "hyper_parameters",
-        "seq2seq_version", "tokenizer")  # fmt: skip
+KEPT = ("epoch", "global_step", "pytorch-lightning_version", "hyper_parameters", "seq2seq_version",
+        "model_args", "tokenizer")  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,8 +39,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def average_checkpoints(paths: list[str], out: str | Path) -> Path:
     """Mean of the floating-point weights of `paths`, saved to `out` with the first one's config."""
-    from seq2seq.checkpointing import atomic_save
-    from seq2seq.system import read_checkpoint
+    from seq2seq.checkpoint import atomic_save, read_checkpoint
 
     if len(paths) < 2:
         raise UserError(f"averaging needs two or more checkpoints, got {len(paths)}")
@@ -97,13 +90,13 @@ def tied_groups(state_dict: dict[str, Any]) -> dict[str, list[str]]:
 
 
 def check_same_run(name_a: str, a: dict[str, Any], name_b: str, b: dict[str, Any]) -> None:
-    """Refuse checkpoints whose model, data or tokenizer differ, naming the first difference."""
-    config_a, config_b = a["hyper_parameters"]["config"], b["hyper_parameters"]["config"]
-    for key in sorted(set(config_a) | set(config_b)):
-        if key not in RUN_CONTROL and config_a.get(key) != config_b.get(key):
+    """Refuse checkpoints whose model or tokenizer differ, naming the first difference."""
+    args_a, args_b = a["model_args"], b["model_args"]
+    for key in sorted(set(args_a) | set(args_b)):
+        if args_a.get(key) != args_b.get(key):
             raise UserError(
-                f"{name_a} and {name_b} come from different configs "
-                f"({key}: {config_a.get(key)!r} vs {config_b.get(key)!r}); refusing to average them"
+                f"{name_a} and {name_b} hold different models "
+                f"({key}: {args_a.get(key)!r} vs {args_b.get(key)!r}); refusing to average them"
             )
     if a["tokenizer"] != b["tokenizer"]:
         raise UserError(

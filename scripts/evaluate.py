@@ -16,24 +16,22 @@ from typing import Any
 
 import torch
 
+from seq2seq.config import decoding_parser, pick_device, search_config
 from seq2seq.errors import UserError
-from seq2seq.search import add_search_flags, check_search_flags, translate_lines
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description="Translate a test set with a checkpoint and score it with sacreBLEU.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    parser = decoding_parser("Translate a test set with a checkpoint and score it with sacreBLEU.")
     parser.add_argument("checkpoint", metavar="CKPT", help="a .ckpt written by scripts/train.py")
     parser.add_argument(
-        "--split", choices=("val", "test"), default="test", help="split of the training corpus"
+        "--split",
+        default="test",
+        help="split of the training corpus (val, test, test_2017_flickr, ...)",
     )
     parser.add_argument(
         "--src-file", metavar="S", help="source sentences, one per line (instead of --split)"
     )
     parser.add_argument("--ref-file", metavar="R", help="references, line-aligned with --src-file")
-    add_search_flags(parser)
     parser.add_argument(
         "--out", metavar="FILE", help="hypotheses file (default: beside the checkpoint)"
     )
@@ -57,19 +55,22 @@ def main(argv: list[str] | None = None) -> int:
 
 def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     """Translate, score and write the hypotheses; returns the results as a JSON-ready dict."""
-    check_flags(args)
-    import seq2seq.data  # noqa: F401  imported here so that the timing below is decoding alone
+    search = check_flags(args)
+    from seq2seq.checkpoint import corpus_of, read_checkpoint
     from seq2seq.metrics import corpus_bleu, corpus_chrf
-    from seq2seq.system import load_system, pick_device
+    from seq2seq.translator import Translator
 
     device = pick_device(args.device)
     files = read_files(args) if args.src_file is not None else None  # bad files fail fast
-    system = load_system(args.checkpoint, map_location="cpu").to(device)
-    sources, references, data = files or read_split(args, system.cfg)
+    translator = Translator.load(args.checkpoint, device)
+    sources, references, data = files or read_split(
+        args, corpus_of(read_checkpoint(args.checkpoint))
+    )
     if not sources:
         raise UserError(f"no sentences to evaluate in {data}")
     start = time.perf_counter()
-    hypotheses = translate_lines(system.model, system.tokenizer, sources, args)[0]
+    results = translator.translate(sources, search, args.batch_tokens, args.batch_size)
+    hypotheses = [result.text for result in results]
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - start
@@ -96,10 +97,10 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def check_flags(args: argparse.Namespace) -> None:
+def check_flags(args: argparse.Namespace) -> "SearchConfig":  # noqa: F821
     if (args.src_file is None) != (args.ref_file is None):
         raise UserError("--src-file and --ref-file go together")
-    check_search_flags(args)
+    return search_config(args)
 
 
 def read_files(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
@@ -114,28 +115,22 @@ def read_files(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
     return sources, references, f"{args.src_file} -> {args.ref_file}"
 
 
-def read_split(args: argparse.Namespace, cfg: Any) -> tuple[list[str], list[str], str]:
+def read_split(args: argparse.Namespace, corpus: dict | None) -> tuple[list[str], list[str], str]:
     """Sources, references and a description of them, from --split of the checkpoint's corpus."""
     from seq2seq.corpus import read_pairs, resolve_corpus
 
+    if corpus is None:
+        raise UserError("the checkpoint names no corpus: give --src-file and --ref-file")
+    src, tgt = corpus["src"], corpus["tgt"]
     try:
-        source = resolve_corpus(cfg.dataset, cfg.data_dir)
-        split = pick_split(source, args.split)
-        pairs = read_pairs(source, split, cfg.src, cfg.tgt)
+        source = resolve_corpus(corpus["dataset"], corpus["data_dir"])
+        split = source.find_split(args.split)
+        pairs = read_pairs(source, split, src, tgt)
     except UserError as err:
         raise UserError(
             f"--split {args.split}: {err} (or give --src-file and --ref-file)"
         ) from None
-    return pairs.src, pairs.tgt, f"{source.location} {split} ({cfg.src}-{cfg.tgt})"
-
-
-def pick_split(source: Any, split: str) -> str:
-    """The corpus's own name for `split`; for Multi30k, `test` is test_2016_flickr (as in training)."""
-    if split == "test":
-        for name in ("test_2016_flickr", "test"):
-            if name in source.splits():
-                return name
-    return source.find_split(split)
+    return pairs.src, pairs.tgt, f"{source.location} {split} ({src}-{tgt})"
 
 
 def default_out(args: argparse.Namespace) -> Path:

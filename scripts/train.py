@@ -13,7 +13,7 @@ from seq2seq.errors import TrainingDiverged, UserError
 def build_trainer(cfg: TrainConfig, callbacks: list, logger) -> "L.Trainer":  # noqa: F821
     import lightning as L
 
-    from seq2seq.checkpointing import AtomicCheckpointIO
+    from seq2seq.runs import AtomicCheckpointIO
 
     val_kwargs = (
         {"val_check_interval": cfg.val_every, "check_val_every_n_epoch": None}
@@ -23,10 +23,12 @@ def build_trainer(cfg: TrainConfig, callbacks: list, logger) -> "L.Trainer":  # 
     return L.Trainer(
         accelerator=cfg.accelerator,
         devices=int(cfg.devices) if cfg.devices.isdigit() else cfg.devices,
+        num_nodes=cfg.num_nodes,
         strategy=cfg.strategy,
         precision=cfg.precision,
         max_epochs=cfg.max_epochs,
         max_steps=cfg.max_steps,
+        accumulate_grad_batches=cfg.accumulate_grad_batches,
         max_time=None if cfg.max_minutes is None else timedelta(minutes=cfg.max_minutes),
         logger=logger,
         callbacks=callbacks,
@@ -62,7 +64,10 @@ def train(cfg: TrainConfig) -> int:
     from lightning.pytorch.loggers import TensorBoardLogger
 
     from seq2seq.callbacks import AttentionHeatmaps, TokensPerSecond
-    from seq2seq.checkpointing import (
+    from seq2seq.data import TranslationDataModule
+    from seq2seq.guards import NonFiniteLossGuard
+    from seq2seq.models import build_model, model_args_from
+    from seq2seq.runs import (
         check_fits,
         check_writable,
         checkpoint_callbacks,
@@ -70,8 +75,6 @@ def train(cfg: TrainConfig) -> int:
         remove_stale_temporaries,
         resume_plan,
     )
-    from seq2seq.data import TranslationDataModule
-    from seq2seq.guards import NonFiniteLossGuard
     from seq2seq.system import TranslationSystem
 
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
@@ -83,22 +86,23 @@ def train(cfg: TrainConfig) -> int:
     check_writable(folder.path, flag)
     checkpoint = read_resumable(ckpt_path) if ckpt_path else None
     L.seed_everything(cfg.seed, workers=True, verbose=False)
-    dm = TranslationDataModule(
-        corpus=cfg.dataset,
-        data_dir=cfg.data_dir,
-        src_lang=cfg.src,
-        tgt_lang=cfg.tgt,
-        vocab_size=cfg.vocab_size,
-        limit_train_pairs=cfg.limit_train_pairs,
-        batch_tokens=cfg.batch_tokens,
-        max_len=cfg.max_len,
-        seed=cfg.seed,
-        num_workers=cfg.num_workers,
-    )
+    dm = TranslationDataModule(cfg)
     dm.prepare_data()
     dm.setup("fit")
-    system = TranslationSystem(dataclasses.asdict(cfg), dm.vocab_size)
-    system.tokenizer = dm.tokenizer
+    # The vocabulary size is known only now that the tokenizer exists.
+    model = build_model(model_args_from(cfg, dm.vocab_size))
+    system = TranslationSystem(
+        model,
+        dm.tokenizer,
+        lr=cfg.lr,
+        lr_schedule=cfg.lr_schedule,
+        warmup_steps=cfg.warmup_steps,
+        min_lr_ratio=cfg.min_lr_ratio,
+        label_smoothing=cfg.label_smoothing,
+        clip_norm=cfg.clip_norm,
+        val_beam=cfg.val_beam,
+        corpus={"dataset": cfg.dataset, "data_dir": cfg.data_dir, "src": cfg.src, "tgt": cfg.tgt},
+    )
     if checkpoint is not None:
         check_fits(system, dm.tokenizer.to_bytes(), checkpoint, ckpt_path)
         resumed_step, checkpoint = checkpoint["global_step"], None  # fit reloads it; free memory
@@ -109,6 +113,7 @@ def train(cfg: TrainConfig) -> int:
     logger = TensorBoardLogger(
         folder.save_dir, name=folder.name, version=folder.version, default_hp_metric=False
     )
+    logger.log_hyperparams(dataclasses.asdict(cfg))  # the whole flag set, in hparams.yaml
     ckpt_dir = os.path.join(logger.log_dir, "checkpoints")
     callbacks = [
         *checkpoint_callbacks(ckpt_dir, cfg.keep_best),

@@ -9,21 +9,17 @@ import argparse
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
+from seq2seq.config import decoding_parser, pick_device, search_config
 from seq2seq.errors import UserError
-from seq2seq.search import add_search_flags, check_search_flags, translate_lines
 
 CHUNK = 1000  # lines translated together: big enough for full batches, small enough to stream
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description="Translate stdin to stdout, one line per line, with a trained checkpoint.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    parser = decoding_parser("Translate stdin to stdout, one line per line, with a checkpoint.")
     parser.add_argument("checkpoint", metavar="CKPT", help="a .ckpt written by scripts/train.py")
-    add_search_flags(parser)
     parser.add_argument(
         "--plot-dir", metavar="DIR", help="write one alignment heatmap PNG per sentence here"
     )
@@ -43,19 +39,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def translate(args: argparse.Namespace, stdin: IO[bytes], stdout: IO[str]) -> int:
-    check_search_flags(args)
-    from seq2seq.system import load_system, pick_device
+    search = search_config(args)
+    from seq2seq.translator import Translator
 
-    system = load_system(args.checkpoint).to(pick_device(args.device))
-    tokenizer = system.tokenizer
+    translator = Translator.load(args.checkpoint, pick_device(args.device))
     chunk = 1 if stdin.isatty() else CHUNK  # typing at a terminal: answer each line at once
     for first, lines in read_chunks(stdin, chunk):
-        out, kept, hyps = translate_lines(system.model, tokenizer, lines, args)
-        for j, i in enumerate(kept):
-            out[i] = out[i].replace("\n", " ")  # one line out per line in, whatever the model says
-            if args.plot_dir:
-                plot(args.plot_dir, first + i, tokenizer, lines[i], hyps.tokens[j], hyps.weights[j])
-        stdout.write("".join(line + "\n" for line in out))
+        results = translator.translate(lines, search, args.batch_tokens, args.batch_size)
+        for i, result in enumerate(results):
+            if args.plot_dir and lines[i].strip():
+                plot(args.plot_dir, first + i, result)
+        # One line out per line in, whatever the model says.
+        stdout.write("".join(result.text.replace("\n", " ") + "\n" for result in results))
         stdout.flush()
     return 0
 
@@ -82,15 +77,13 @@ def read_chunks(stdin: IO[bytes], size: int) -> Iterator[tuple[int, list[str]]]:
         yield first, lines
 
 
-def plot(
-    folder: str, number: int, tokenizer: Any, source: str, ids: list[int], weights: Any
-) -> None:
-    """Save the alignment of line `number` as `<folder>/<number>.png` (weights (len + 1, [N,] S))."""
+def plot(folder: str, number: int, result: "Translation") -> None:  # noqa: F821
+    """Save the alignment of line `number` as `<folder>/<number>.png` (source on x, output on y)."""
     from seq2seq.plotting import alignment_figure, save_figure
 
-    src_tokens = [*tokenizer.pieces(tokenizer.encode(source)), "</s>"]
-    tgt_tokens = [*tokenizer.pieces(ids), "</s>"]
-    figure = alignment_figure(weights, src_tokens, tgt_tokens, title=f"line {number}")
+    figure = alignment_figure(
+        result.attention, result.src_tokens, result.tgt_tokens, title=f"line {number}"
+    )
     try:
         save_figure(figure, Path(folder) / f"{number:06d}.png")
     except OSError as err:

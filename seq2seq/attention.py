@@ -16,8 +16,8 @@ Every scorer splits its work in two: `project_keys(keys)` runs once per batch (W
 the decoder step), and `forward(query, proj_keys)` runs once per step. The projected keys are a value the
 caller keeps and passes back in, so nothing is hidden on the module and beam search can tile them.
 
-Masks are boolean with True = attend. Dimension letters: B batch, S source length, Q query size,
-K key size, A attention size.
+Masks are boolean with True = attend. Dimension letters (the table in seq2seq.interface): B batch,
+S source length, H query and key size (additive attention allows the two to differ), A attention size.
 
 `MultiHeadAttention` (the Transformer's) follows the same split: `project_kv` projects keys and values
 once (cross-attention: once per sentence; self-attention: one new step at a time, appended to a cache the
@@ -60,13 +60,13 @@ def attend(scores: Tensor, mask: Tensor, values: Tensor) -> tuple[Tensor, Tensor
     Args:
         scores: (B, S) one query's scores against every key.
         mask: (B, S) bool, True = real token.
-        values: (B, S, K).
+        values: (B, S, H).
 
     Returns:
-        context (B, K) and weights (B, S); each row of weights sums to 1 over real tokens.
+        context (B, H) and weights (B, S); each row of weights sums to 1 over real tokens.
     """
     weights = masked_softmax(scores, mask)  # (B, S)
-    context = torch.bmm(weights.unsqueeze(1), values).squeeze(1)  # (B, K)
+    context = torch.bmm(weights.unsqueeze(1), values).squeeze(1)  # (B, H)
     return context, weights
 
 
@@ -80,7 +80,7 @@ class AdditiveScorer(nn.Module):
         self.energy = nn.Linear(attn_size, 1, bias=False)  # w_v
 
     def project_keys(self, keys: Tensor) -> Tensor:
-        """Args: keys (B, S, K). Returns W_k k, (B, S, A)."""
+        """Args: keys (B, S, H). Returns W_k k, (B, S, A)."""
         return self.key_proj(keys)  # (B, S, A)
 
     # Sources longer than this are scored by AdditiveEnergy, which recomputes tanh(W_q q + W_k k) in
@@ -90,7 +90,7 @@ class AdditiveScorer(nn.Module):
     RECOMPUTE_ABOVE = 24
 
     def forward(self, query: Tensor, proj_keys: Tensor) -> Tensor:
-        """Args: query (B, Q); proj_keys (B, S, A) from `project_keys`. Returns scores (B, S)."""
+        """Args: query (B, H); proj_keys (B, S, A) from `project_keys`. Returns scores (B, S)."""
         proj_query = self.query_proj(query)  # (B, A)
         if proj_keys.size(1) > self.RECOMPUTE_ABOVE and torch.is_grad_enabled():
             return AdditiveEnergy.apply(proj_query, proj_keys, self.energy.weight)  # (B, S)
@@ -140,11 +140,11 @@ class DotScorer(nn.Module):
         self.key_size = key_size
 
     def project_keys(self, keys: Tensor) -> Tensor:
-        """Identity: the dot product reads the keys as they are. (B, S, K) -> (B, S, K)."""
+        """Identity: the dot product reads the keys as they are. (B, S, H) -> (B, S, H)."""
         return keys
 
     def forward(self, query: Tensor, proj_keys: Tensor) -> Tensor:
-        """Args: query (B, Q); proj_keys (B, S, K). Returns scores (B, S)."""
+        """Args: query (B, H); proj_keys (B, S, H). Returns scores (B, S)."""
         return torch.bmm(proj_keys, query.unsqueeze(-1)).squeeze(-1)  # (B, S)
 
 
@@ -160,7 +160,7 @@ class ScaledDotScorer(DotScorer):
         self.scale = 1.0 / math.sqrt(key_size)
 
     def forward(self, query: Tensor, proj_keys: Tensor) -> Tensor:
-        """Args: query (B, Q); proj_keys (B, S, K). Returns scores (B, S)."""
+        """Args: query (B, H); proj_keys (B, S, H). Returns scores (B, S)."""
         return super().forward(query * self.scale, proj_keys)  # (B, S); scaling q costs Q, not S
 
 

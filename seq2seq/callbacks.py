@@ -15,8 +15,8 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
-from seq2seq.data import collate
-from seq2seq.models import Seq2Seq
+from seq2seq.batching import collate
+from seq2seq.interface import Seq2Seq
 from seq2seq.plotting import AlignmentPlot
 from seq2seq.search import greedy_search
 from seq2seq.tokenizer import EOS, Tokenizer

@@ -1,7 +1,9 @@
-"""The training configuration: one dataclass that is the flag set, the YAML schema and the saved hparams.
+"""The command line: the training flags (one dataclass that is also the YAML schema and the run's
+hparams.yaml) and the decoding flags that evaluate.py and translate.py share (from SearchConfig).
 
 Precedence: dataclass defaults < `--config FILE` (YAML of the same keys) < explicit flags. Dashes and
-underscores are interchangeable in YAML keys; an unknown key is an error.
+underscores are interchangeable in YAML keys; an unknown key is an error. The library below takes plain
+values and names its settings in errors; only this module knows how they are spelt as flags.
 """
 
 import argparse
@@ -12,9 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 import yaml
 
 from seq2seq.errors import UserError
+from seq2seq.search import SearchConfig
 
 
 def _opt(default: Any, help: str) -> Any:
@@ -55,7 +59,18 @@ class TrainConfig:
     vocab_size: int = _opt(8000, "joint sentencepiece vocabulary size")
     max_len: int = _opt(100, "drop training pairs longer than this many subwords on either side")
     batch_tokens: int = _opt(2048, "token budget per batch (padded tokens of the longer side)")
+    accumulate_grad_batches: int = _opt(1, "batches whose gradients add up to one update")
     num_workers: int = _opt(0, "data loader worker processes")
+    cache_dir: str = _opt("data/cache", "folder of the tokenizer and the encoded corpus")
+    spm_model: str | None = _opt(
+        None, "an existing sentencepiece .model to use instead of training one"
+    )
+    spm_sample: int = _opt(
+        500_000, "train sentencepiece on this many randomly sampled sentences (seeded)"
+    )
+    prepare_workers: int | None = _opt(
+        None, "processes that encode the corpus (default: one per CPU core)"
+    )
     # optimisation
     lr: float = _opt(1e-3, "peak learning rate (Adam)")
     lr_schedule: Literal["cosine", "inverse_sqrt"] = _opt(
@@ -89,8 +104,10 @@ class TrainConfig:
     heatmap_every: int = _opt(500, "log alignment heatmaps every N updates (0: off)")
     heatmap_sentences: int = _opt(4, "number of fixed validation sentences shown as heatmaps")
     precision: str = _opt("32-true", "Lightning precision, e.g. 32-true, bf16-mixed")
+    compile: bool = _opt(False, "compile the decoder loop (torch.compile; CUDA graphs on a GPU)")
     accelerator: str = _opt("auto", "Lightning accelerator: cpu, gpu, auto")
     devices: str = _opt("auto", "Lightning devices: a count, a list, or auto")
+    num_nodes: int = _opt(1, "machines of a multi-node run (torchrun or SLURM)")
     strategy: str = _opt("auto", "Lightning strategy, e.g. ddp")
     resume: str | None = _opt(
         None, "continue a run: a checkpoint PATH, or the latest run when no PATH"
@@ -123,6 +140,9 @@ POSITIVE = (
     "val_beam",
     "keep_best",
     "heatmap_sentences",
+    "accumulate_grad_batches",
+    "num_nodes",
+    "spm_sample",
 )
 
 
@@ -138,7 +158,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     for name in POSITIVE:
         if getattr(cfg, name) <= 0:
             raise UserError(f"{_flag(name)} must be positive, got {getattr(cfg, name)}")
-    for name in ("limit_train_pairs", "val_every", "attn_size"):
+    for name in ("limit_train_pairs", "val_every", "attn_size", "prepare_workers"):
         value = getattr(cfg, name)
         if value is not None and value <= 0:
             raise UserError(f"{_flag(name)} must be positive, got {value}")
@@ -186,14 +206,10 @@ class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def build_parser(description: str | None = None) -> argparse.ArgumentParser:
-    """One flag per TrainConfig field; choices from Literal types; --help shows every default."""
-    parser = argparse.ArgumentParser(description=description, formatter_class=_DefaultsFormatter)
-    parser.add_argument(
-        "--config", metavar="FILE", help="YAML file of these keys; flags override it"
-    )
-    hints = typing.get_type_hints(TrainConfig)
-    for f in dataclasses.fields(TrainConfig):
+def add_flags(parser: argparse.ArgumentParser, schema: type) -> None:
+    """One flag per field of the dataclass `schema`; choices from Literal types; help from metadata."""
+    hints = typing.get_type_hints(schema)
+    for f in dataclasses.fields(schema):
         kind = _base_type(hints[f.name])
         kwargs: dict[str, Any] = {"default": f.default, "help": f.metadata["help"]}
         if f.name == "resume":
@@ -205,7 +221,55 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         else:
             kwargs["type"] = kind
         parser.add_argument(_flag(f.name), dest=f.name, **kwargs)
+
+
+def build_parser(description: str | None = None) -> argparse.ArgumentParser:
+    """The training flags: one per TrainConfig field; --help shows every default."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=_DefaultsFormatter)
+    parser.add_argument(
+        "--config", metavar="FILE", help="YAML file of these keys; flags override it"
+    )
+    add_flags(parser, TrainConfig)
     return parser
+
+
+def decoding_parser(description: str) -> argparse.ArgumentParser:
+    """The flags evaluate.py and translate.py share: search (SearchConfig), batching and device."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=_DefaultsFormatter)
+    add_flags(parser, SearchConfig)
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--batch-tokens", type=int, default=4096, help="source tokens per batch")
+    size.add_argument("--batch-size", type=int, help="sentences per batch (instead of tokens)")
+    parser.add_argument(
+        "--device", default="auto", help="cpu, cuda, cuda:1, ... (auto: cuda if available)"
+    )
+    return parser
+
+
+def search_config(args: argparse.Namespace) -> SearchConfig:
+    """The SearchConfig of parsed decoding flags; a bad value is a UserError naming its flag."""
+    for name in ("batch_tokens", "batch_size"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise UserError(f"{_flag(name)} must be positive, got {value}")
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(SearchConfig)}
+    try:
+        return SearchConfig(**values)
+    except UserError as err:  # "beam must be ..." -> "--beam must be ..."
+        raise UserError(_flag(str(err).replace("_", "-"))) from None
+
+
+def pick_device(name: str) -> torch.device:
+    """The device for `--device NAME` (auto: CUDA when there is one); a bad name is a UserError."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"--device {name}: not a device (try cpu or cuda)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"--device {name}: no CUDA device here")
+    return device
 
 
 def read_yaml(path: str) -> dict[str, Any]:
@@ -235,14 +299,3 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     args = vars(parser.parse_args(argv))
     args.pop("config")
     return validate(TrainConfig(**args))
-
-
-def config_from_dict(values: dict[str, Any], origin: str) -> TrainConfig:
-    """Rebuild a config saved in a checkpoint; keys this version does not know mean another version."""
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise UserError(
-            f"{origin}: written by another version of seq2seq (unknown keys {', '.join(unknown)})"
-        )
-    return TrainConfig(**values)

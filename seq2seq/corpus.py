@@ -21,7 +21,8 @@ from seq2seq.errors import UserError
 
 SHARED_DATA = Path(seq2seq.__file__).resolve().parents[1].parent / "shared" / "data"
 HUB_IDS = {"multi30k": "bentrevett/multi30k"}
-_SPLIT_ALIASES = ("val", "validation", "valid", "dev")  # one split, many spellings across corpora
+# One split, many spellings across corpora; `test` is Multi30k's test_2016_flickr where there is one.
+_SPLIT_ALIASES = (("val", "validation", "valid", "dev"), ("test", "test_2016_flickr"))
 _LANG = re.compile(r"[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})?")
 _NOT_LANG = {"md", "txt", "py", "cfg", "ini", "log", "lock", "tmp", "csv", "json", "yml", "model"}
 _TABLES = ("tsv", "jsonl")
@@ -66,14 +67,15 @@ class CorpusSource:
         return sorted(self.hub) if self.hub is not None else sorted(self._files)
 
     def find_split(self, split: str) -> str:
-        """The name `split` has here (`val` may be spelled `validation`, ...), or a `UserError`."""
+        """The name `split` has here (`val` may be `validation`, `test` Multi30k's `test_2016_flickr`)."""
         known = self.splits()
         if split in known:
             return split
-        if split in _SPLIT_ALIASES:
-            for alias in _SPLIT_ALIASES:
-                if alias in known:
-                    return alias
+        for group in _SPLIT_ALIASES:
+            if split in group:
+                for alias in group:
+                    if alias in known:
+                        return alias
         raise UserError(f"{self.location} has no split {split!r} (it has: {', '.join(known)})")
 
     def langs(self, split: str) -> list[str] | None:

@@ -1,8 +1,6 @@
-"""Batches for training and evaluation: token-budget bucketing, padding, masks.
+"""The training data: corpus -> joint tokenizer -> cached, tokenized Arrow datasets -> batches.
 
-A batch is a `dict[str, Tensor]`: `src` (B, S) ids + EOS; `src_lens` (B,); `src_mask` (B, S), True =
-real token; `tgt_in` (B, T) BOS + ids; `tgt_out` (B, T) ids + EOS; `tgt_mask` (B, T); `index` (B,), the
-row of each pair in its split. Padding is PAD = 0 everywhere. Source-only batches lack the `tgt_*` keys.
+Batches themselves (token budget, padding, masks) are seq2seq.batching's.
 """
 
 from __future__ import annotations
@@ -13,130 +11,21 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from itertools import chain
 from pathlib import Path
-from typing import Any
 
 import datasets
 import lightning as L
 import numpy as np
-import torch
 from lightning.pytorch.utilities import rank_zero_info
-from torch import Tensor
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader
 
+from seq2seq.batching import TokenBudgetBatchSampler, collate
+from seq2seq.config import TrainConfig
 from seq2seq.corpus import CorpusSource, Pairs, read_pairs, resolve_corpus
 from seq2seq.errors import UserError
-from seq2seq.tokenizer import BOS, EOS, PAD, Tokenizer, load_or_train_tokenizer
-
-
-class TokenBudgetBatchSampler(Sampler[list[int]]):
-    """Length-bucketed batches with `len(batch) * max(lengths in batch) <= batch_tokens`.
-
-    `lengths[i]` is the padded cost of example i (its longer side, EOS/BOS included); a single
-    over-long example makes a batch of one. With `shuffle`, ties in length are broken and batches
-    ordered by a generator seeded with `seed + epoch`; each rank takes every `num_replicas`-th batch
-    and the remainder is dropped, so all ranks take the same number of steps. Without it, batches
-    are length-sorted and every example lands on exactly one rank; batches are split (never
-    repeated) to even the counts.
-    """
-
-    def __init__(
-        self,
-        lengths: Sequence[int],
-        batch_tokens: int,
-        shuffle: bool = False,
-        seed: int = 1,
-        num_replicas: int = 1,
-        rank: int = 0,
-    ) -> None:
-        if batch_tokens < 1:
-            raise UserError(f"--batch-tokens {batch_tokens} must be positive")
-        self.lengths = np.asarray(lengths, dtype=np.int64)
-        self.batch_tokens, self.shuffle, self.seed = batch_tokens, shuffle, seed
-        self.num_replicas, self.rank, self.epoch = num_replicas, rank, 0
-        self.skip = 0  # batches to leave out of the next pass only (a run resumed mid-epoch)
-
-    @property
-    def sampler(self) -> TokenBudgetBatchSampler:
-        # Lightning's fit loop calls `dataloader.batch_sampler.sampler.set_epoch(epoch)`.
-        return self
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def _batches(self) -> list[list[int]]:
-        order = np.argsort(self.lengths, kind="stable")
-        if self.shuffle:
-            gen = torch.Generator().manual_seed(self.seed + self.epoch)
-            perm = torch.randperm(len(self.lengths), generator=gen).numpy()
-            order = perm[np.argsort(self.lengths[perm], kind="stable")]  # sorted, random ties
-        lengths, batches = self.lengths.tolist(), []
-        for i in order.tolist():  # ascending, so the newcomer is the longest in its batch
-            if batches and (len(batches[-1]) + 1) * lengths[i] <= self.batch_tokens:
-                batches[-1].append(i)
-            else:
-                batches.append([i])
-        replicas = self.num_replicas
-        if self.shuffle:
-            batches = [batches[j] for j in torch.randperm(len(batches), generator=gen).tolist()]
-            # Dropped batches differ every epoch; a corpus with too few batches is repeated.
-            keep = len(batches) - len(batches) % replicas if len(batches) >= replicas else replicas
-            batches = (batches * replicas)[:keep] if batches else []
-        while len(batches) % replicas and max(map(len, batches)) > 1:
-            j = max(range(len(batches)), key=lambda k: len(batches[k]))
-            half = len(batches[j]) // 2  # halving keeps the budget and drops no example
-            batches[j : j + 1] = [batches[j][:half], batches[j][half:]]
-        return batches[self.rank :: replicas]
-
-    def __iter__(self) -> Iterator[list[int]]:
-        # __len__ stays the full count: Lightning resumes its batch counter at the skipped ones.
-        batches, self.skip = self._batches()[self.skip :], 0
-        return iter(batches)
-
-    def __len__(self) -> int:
-        return len(self._batches())
-
-
-def pad_batch(seqs: list[list[int]]) -> tuple[Tensor, Tensor, Tensor]:
-    """Right-pad with PAD. Returns ids (B, L) long, lengths (B,) long, mask (B, L) bool."""
-    lens = torch.tensor([len(s) for s in seqs], dtype=torch.long)  # (B,)
-    mask = torch.arange(int(lens.max())) < lens[:, None]  # (B, L)
-    ids = torch.full(mask.shape, PAD, dtype=torch.long)  # (B, L)
-    # Boolean assignment fills row by row, the same order as the concatenated lists.
-    ids[mask] = torch.tensor(list(chain.from_iterable(seqs)), dtype=torch.long)
-    return ids, lens, mask
-
-
-def collate(items: list[dict[str, Any]]) -> dict[str, Tensor]:
-    """Items with `src_ids`, `index` and (unless source-only) `tgt_ids` to a padded batch."""
-    src, src_lens, src_mask = pad_batch([x["src_ids"] + [EOS] for x in items])  # (B, S)
-    index = torch.tensor([x["index"] for x in items], dtype=torch.long)  # (B,)
-    batch = {"src": src, "src_lens": src_lens, "src_mask": src_mask, "index": index}
-    if "tgt_ids" in items[0]:
-        tgt, _, mask = pad_batch([[BOS, *x["tgt_ids"], EOS] for x in items])  # (B, T + 1)
-        batch["tgt_mask"] = mask[:, 1:]  # (B, T)
-        batch["tgt_in"] = tgt[:, :-1].masked_fill(~batch["tgt_mask"], PAD)  # (B, T); no EOS
-        batch["tgt_out"] = tgt[:, 1:]  # (B, T)
-    return batch
-
-
-def source_loader(
-    tokenizer: Tokenizer, sentences: list[str], batch_tokens: int, batch_size: int | None = None
-) -> DataLoader:
-    """Length-sorted batches of raw `sentences` for evaluate/translate; `index` is the position.
-
-    Batches hold `batch_tokens` padded tokens, or `batch_size` sentences when that is given.
-    """
-    ids = tokenizer.encode_batch(list(sentences)) if sentences else []
-    items = [{"src_ids": s, "index": i} for i, s in enumerate(ids)]
-    if batch_size is None:
-        batches = TokenBudgetBatchSampler([len(s) + 1 for s in ids], batch_tokens)
-    else:
-        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths pad least
-        batches = [order[k : k + batch_size] for k in range(0, len(order), batch_size)]
-    return DataLoader(items, batch_sampler=batches, collate_fn=collate)
+from seq2seq.tokenizer import Tokenizer, load_or_train_tokenizer
 
 
 class TranslationDataModule(L.LightningDataModule):
@@ -147,28 +36,12 @@ class TranslationDataModule(L.LightningDataModule):
     own names for them) and `counts` (pairs dropped as empty or longer than `max_len` subwords).
     """
 
-    def __init__(
-        self,
-        corpus: str = "multi30k",
-        data_dir: str | None = None,
-        src_lang: str = "de",
-        tgt_lang: str = "en",
-        vocab_size: int = 8000,
-        limit_train_pairs: int | None = None,
-        batch_tokens: int = 4096,
-        max_len: int = 128,
-        cache_dir: str = "data/cache",
-        seed: int = 1,
-        num_workers: int = 0,
-        test_split: str | None = None,
-    ) -> None:
+    def __init__(self, cfg: TrainConfig, test_split: str | None = None) -> None:
+        """Args: cfg: the run's config; the data settings (dataset, data_dir, src, tgt, vocab_size,
+        limit_train_pairs, batch_tokens, max_len, cache_dir, seed, num_workers) are read from it.
+        test_split: the split `test` names (default: test_2016_flickr or test, when present)."""
         super().__init__()
-        self.corpus, self.data_dir = corpus, data_dir
-        self.src_lang, self.tgt_lang = src_lang, tgt_lang
-        self.spm_size, self.limit_train_pairs = vocab_size, limit_train_pairs
-        self.batch_tokens, self.max_len = batch_tokens, max_len
-        self.cache_dir, self.seed, self.num_workers = Path(cache_dir), seed, num_workers
-        self.test_split = test_split
+        self.cfg, self.test_split = cfg, test_split
         self.tokenizer: Tokenizer | None = None
         self.vocab_size: int | None = None
         self.datasets: dict[str, datasets.Dataset] = {}
@@ -177,7 +50,7 @@ class TranslationDataModule(L.LightningDataModule):
         self._resume_at: tuple[int, int] | None = None  # (epoch, batches done) from a checkpoint
 
     def prepare_data(self) -> None:
-        source = resolve_corpus(self.corpus, self.data_dir)
+        source = resolve_corpus(self.cfg.dataset, self.cfg.data_dir)
         tokenizer = self._load_tokenizer(source)
         for split in self._split_names(source).values():
             self._encoded(source, tokenizer, split)  # fills the cache that setup reads on each rank
@@ -185,7 +58,7 @@ class TranslationDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
             return  # fit then test calls setup twice; the data does not change
-        source = resolve_corpus(self.corpus, self.data_dir)
+        source = resolve_corpus(self.cfg.dataset, self.cfg.data_dir)
         self.tokenizer = self._load_tokenizer(source)
         self.vocab_size = self.tokenizer.vocab_size
         self.split_names = self._split_names(source)
@@ -193,12 +66,12 @@ class TranslationDataModule(L.LightningDataModule):
             self.datasets[name], self.counts[f"{name}/empty"] = self._encoded(
                 source, self.tokenizer, split
             )
-        self.counts["train/too_long"] = int((self._costs("train") > self.max_len + 1).sum())
+        self.counts["train/too_long"] = int((self._costs("train") > self.cfg.max_len + 1).sum())
         sizes = ", ".join(f"{k} {len(v)}" for k, v in self.datasets.items())
         drops = ", ".join(f"{k} {v}" for k, v in self.counts.items() if v)
         rank_zero_info(
             f"{source.location}: {sizes} pairs, vocab {self.vocab_size}; dropped: "
-            f"{drops or 'none'} (too_long = over --max-len {self.max_len} subwords)"
+            f"{drops or 'none'} (too_long = over --max-len {self.cfg.max_len} subwords)"
         )
 
     def state_dict(self) -> dict[str, int]:
@@ -247,14 +120,14 @@ class TranslationDataModule(L.LightningDataModule):
         data = self._dataset(split).select_columns(["src_ids", "tgt_ids", "index"])
         cost = self._costs(split)
         if split == "train":
-            rows = np.flatnonzero(cost <= self.max_len + 1)
+            rows = np.flatnonzero(cost <= self.cfg.max_len + 1)
             data, cost = data.select(rows), cost[rows]  # `index` still names the original row
         epoch, replicas, rank = 0, 1, 0
         if self.trainer is not None:
             trainer = self.trainer
             epoch, replicas, rank = trainer.current_epoch, trainer.world_size, trainer.global_rank
         sampler = TokenBudgetBatchSampler(
-            cost, self.batch_tokens, shuffle, self.seed, replicas, rank
+            cost, self.cfg.batch_tokens, shuffle, self.cfg.seed, replicas, rank
         )
         if shuffle and self._resume_at is not None:
             # A resumed run: the order of the epoch it stopped in (seed + epoch), minus the batches
@@ -266,37 +139,41 @@ class TranslationDataModule(L.LightningDataModule):
                 epoch, sampler.skip = epoch + 1, 0
         sampler.set_epoch(epoch)  # Lightning sets it again at each epoch start
         return DataLoader(
-            data, batch_sampler=sampler, collate_fn=collate, num_workers=self.num_workers
+            data, batch_sampler=sampler, collate_fn=collate, num_workers=self.cfg.num_workers
         )
 
     def _split_names(self, source: CorpusSource) -> dict[str, str]:
         names = {"train": source.find_split("train"), "val": source.find_split("val")}
-        present = [s for s in ("test_2016_flickr", "test") if s in source.splits()]
-        if self.test_split or present:
-            names["test"] = source.find_split(self.test_split or present[0])
+        try:
+            names["test"] = source.find_split(self.test_split or "test")
+        except UserError:
+            if self.test_split:  # asked for by name: its absence is an error; else no test split
+                raise
         return names
 
     def _load_tokenizer(self, source: CorpusSource) -> Tokenizer:
-        langs = sorted((self.src_lang, self.tgt_lang))  # the joint model serves both directions
+        langs = sorted((self.cfg.src, self.cfg.tgt))  # the joint model serves both directions
         fingerprint = source.fingerprint(source.find_split("train"), tuple(langs))
-        key = f"{source.name}-{'-'.join(langs)}-{self.limit_train_pairs or 'all'}-{fingerprint}"
+        key = f"{source.name}-{'-'.join(langs)}-{self.cfg.limit_train_pairs or 'all'}-{fingerprint}"
 
         def texts() -> Iterator[str]:
-            pairs = read_pairs(source, "train", *langs, limit=self.limit_train_pairs)
+            pairs = read_pairs(source, "train", *langs, limit=self.cfg.limit_train_pairs)
             return chain(pairs.src, pairs.tgt)
 
-        return load_or_train_tokenizer(self.cache_dir, texts, self.spm_size, _safe(key))
+        return load_or_train_tokenizer(
+            Path(self.cfg.cache_dir), texts, self.cfg.vocab_size, _safe(key)
+        )
 
     def _encoded(
         self, source: CorpusSource, tokenizer: Tokenizer, split: str
     ) -> tuple[datasets.Dataset, int]:
         """A tokenized split and its count of empty pairs, from the cache or built into it."""
-        limit = self.limit_train_pairs if split == source.find_split("train") else None
-        langs = (self.src_lang, self.tgt_lang)
+        limit = self.cfg.limit_train_pairs if split == source.find_split("train") else None
+        langs = (self.cfg.src, self.cfg.tgt)
         model = hashlib.sha1(tokenizer.to_bytes()).hexdigest()[:8]
         key = f"{source.name}-{'-'.join(langs)}-{split}-{limit or 'all'}"
         key += f"-{source.fingerprint(split, langs)}-{model}"
-        path = self.cache_dir / "encoded" / _safe(key)
+        path = Path(self.cfg.cache_dir) / "encoded" / _safe(key)
         if not path.exists():
             _save_encoded(read_pairs(source, split, *langs, limit=limit), tokenizer, path)
         empty = json.loads((path / "pairs.json").read_text())["empty"]

@@ -22,7 +22,7 @@ from torch import Tensor
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from torch.utils.data import DataLoader
 
-from seq2seq.data import collate
+from seq2seq.batching import collate
 from seq2seq.rnn import RNNSeq2Seq
 from seq2seq.tokenizer import PAD
 

@@ -11,7 +11,8 @@ s_0 = tanh(W_init h_1^backward): the backward GRU's state at the first position 
 sentence. The encoder's output size equals the decoder's hidden size (each direction has half), so `dot`
 and `scaled` compare vectors of the same size with no hidden projection.
 
-Dimension letters: B batch, S source length, T target length, E embedding, H hidden, A attention, V vocab.
+Dimension letters (the table in seq2seq.interface): B batch, S source length, T target length,
+E embedding, H hidden, A additive-attention size, V vocabulary.
 """
 
 import torch
@@ -19,7 +20,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from seq2seq.attention import attend, make_scorer
-from seq2seq.models import Seq2Seq, State
+from seq2seq.interface import Seq2Seq, State
 
 
 class BiGRUEncoder(nn.Module):

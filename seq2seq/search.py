@@ -8,25 +8,58 @@ stay open. A sentence is done when K hypotheses have finished, when no open one 
 n-th best finished one, or at its length limit; done sentences leave the batch. Tokens and attention
 weights are recovered at the end through the back-pointers: nothing is copied along beams per step.
 
-Dimension letters: B batch, A sentences still open, K beam, S source length, T steps, V vocabulary,
-N heads (multi-head models).
+Dimension letters (the table in seq2seq.interface): B batch, R sentences still open, K beam, S source
+length, T steps, V vocabulary, N heads (multi-head models).
 """
 
-import argparse
-from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from seq2seq.errors import UserError
-from seq2seq.models import Seq2Seq, reorder_state
-from seq2seq.tokenizer import BOS, EOS, PAD, Tokenizer
+from seq2seq.interface import Seq2Seq, reorder_state
+from seq2seq.tokenizer import BOS, EOS, PAD
 
 NEVER = (
     PAD,
     BOS,
 )  # ids a translation never contains; banned after the softmax, so scores stay true
+
+
+def _setting(default: float, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """How to decode: the one home of the search defaults (scripts map their flags onto it).
+
+    A bad value is a UserError naming the setting.
+    """
+
+    beam: int = _setting(5, "beam size K (1: greedy search)")
+    length_penalty: float = _setting(1.0, "alpha of the GNMT length penalty ((5 + len) / 6)^alpha")
+    max_len_ratio: float = _setting(1.5, "output limit: ratio * source length ...")
+    max_len_extra: int = _setting(10, "... + this many tokens")
+    nbest: int = _setting(1, "hypotheses returned per sentence (at most the beam size)")
+
+    def __post_init__(self) -> None:
+        if self.beam < 1:
+            raise UserError(f"beam must be at least 1, got {self.beam}")
+        if not 1 <= self.nbest <= self.beam:
+            raise UserError(
+                f"nbest must be between 1 and the beam size {self.beam}, got {self.nbest}"
+            )
+        if self.max_len_ratio <= 0:
+            raise UserError(f"max_len_ratio must be positive, got {self.max_len_ratio}")
+        if self.max_len_extra < 0:
+            raise UserError(f"max_len_extra must be zero or more, got {self.max_len_extra}")
+
+    def limits(self, src_lens: Tensor) -> Tensor:
+        """The longest output allowed per sentence: ratio * source length + extra. (B,) -> (B,)."""
+        return (src_lens.float() * self.max_len_ratio).long() + self.max_len_extra
 
 
 @dataclass
@@ -48,11 +81,6 @@ class Hypotheses:
     nbest: "list[Hypotheses] | None" = None
 
 
-def max_output_lengths(src_lens: Tensor, max_len_ratio: float, max_len_extra: int) -> Tensor:
-    """The longest output allowed per sentence: ratio * source length + extra. (B,) -> (B,)."""
-    return (src_lens.float() * max_len_ratio).long() + max_len_extra
-
-
 def gnmt_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
     """GNMT length penalty lp = ((5 + length) / 6)^alpha; alpha = 0 ranks by raw log-probability."""
     return ((5.0 + length) / 6.0) ** alpha
@@ -64,18 +92,17 @@ def greedy_search(
     src: Tensor,
     src_lens: Tensor,
     src_mask: Tensor,
-    max_len_ratio: float = 1.5,
-    max_len_extra: int = 10,
+    search: SearchConfig = SearchConfig(),
 ) -> Hypotheses:
     """Pick the most likely token at each step until every sentence has ended (EOS or its limit).
 
     Args:
         src: (B, S) source ids; src_lens: (B,); src_mask: (B, S) bool.
-        max_len_ratio, max_len_extra: a sentence stops after ratio * src_len + extra tokens.
+        search: only its length limit applies (`SearchConfig.limits`).
     """
     B = src.size(0)
     state = model.encode(src, src_lens, src_mask)
-    limits = max_output_lengths(src_lens, max_len_ratio, max_len_extra)  # (B,)
+    limits = search.limits(src_lens)  # (B,)
     prev = torch.full((B,), BOS, dtype=torch.long, device=src.device)  # (B,)
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B,)
     scores = torch.zeros(B, device=src.device)  # (B,)
@@ -111,37 +138,30 @@ def beam_search(
     src: Tensor,
     src_lens: Tensor,
     src_mask: Tensor,
-    beam: int = 5,
-    length_penalty: float = 1.0,
-    max_len_ratio: float = 1.5,
-    max_len_extra: int = 10,
-    nbest: int = 1,
+    search: SearchConfig = SearchConfig(),
 ) -> Hypotheses:
     """Batched beam search: all sentences x beams decode as one batch of B * K rows.
 
     Args:
         src: (B, S) source ids; src_lens: (B,); src_mask: (B, S) bool.
-        beam: K, hypotheses kept open per sentence.
-        length_penalty: alpha of the GNMT penalty; finished hypotheses are ranked by score / lp(len).
-        max_len_ratio, max_len_extra: EOS is forced after ratio * src_len + extra tokens.
-        nbest: how many finished hypotheses to return per sentence (<= beam), in `Hypotheses.nbest`.
+        search: K = `beam` hypotheses kept open per sentence; finished ones are ranked by score /
+            lp(len) with alpha = `length_penalty`; EOS is forced at `limits`; `nbest` (<= K)
+            finished hypotheses per sentence come back in `Hypotheses.nbest`.
 
     Returns:
         The best hypothesis of each sentence, plus its `nbest` list sorted by normalised score.
     """
-    if not 1 <= nbest <= beam:
-        raise ValueError(f"nbest must be between 1 and the beam size {beam}, got {nbest}")
-    B, K, dev = src.size(0), beam, src.device
-    alpha = length_penalty
+    B, K, dev = src.size(0), search.beam, src.device
+    alpha, nbest = search.length_penalty, search.nbest
     # Encoding (keys projected included) runs once per sentence; its K copies are tiled rows.
     state = reorder_state(
         model.encode(src, src_lens, src_mask), torch.arange(B, device=dev).repeat_interleave(K)
     )
-    limits = max_output_lengths(src_lens, max_len_ratio, max_len_extra).to(dev)  # (B,)
-    active = torch.arange(B, device=dev)  # (A,) the sentences still decoding
-    alive = torch.full((B, K), -torch.inf, device=dev)  # (A, K) log-prob of each open hypothesis
+    limits = search.limits(src_lens).to(dev)  # (B,)
+    active = torch.arange(B, device=dev)  # (R,) the sentences still decoding
+    alive = torch.full((B, K), -torch.inf, device=dev)  # (R, K) log-prob of each open hypothesis
     alive[:, 0] = 0.0  # the K rows start identical: only one may be extended at step 0
-    prev = torch.full((B * K,), BOS, dtype=torch.long, device=dev)  # (A * K,)
+    prev = torch.full((B * K,), BOS, dtype=torch.long, device=dev)  # (R * K,)
     fin_norm = torch.full((B, K), -torch.inf, device=dev)  # (B, K) sorted, best first
     fin_raw = torch.full((B, K), -torch.inf, device=dev)  # (B, K)
     fin_end = torch.zeros((B, K), dtype=torch.long, device=dev)  # (B, K) step of the EOS
@@ -150,62 +170,62 @@ def beam_search(
     in_beam = torch.arange(2 * K, device=dev) < K  # (2K,) candidate ranks that fit in the beam
     next_limit = int(limits.min())  # the nearest length limit among the open sentences
     for t in range(int(limits.max())):
-        A = active.numel()
-        logits, weights, state = model.step(state, prev)  # (A * K, V), (A * K, [N,] S)
+        R = active.numel()
+        logits, weights, state = model.step(state, prev)  # (R * K, V), (R * K, [N,] S)
         V = logits.size(-1)
-        log_probs = logits.float().log_softmax(-1)  # (A * K, V)
+        log_probs = logits.float().log_softmax(-1)  # (R * K, V)
         log_probs[:, NEVER] = -torch.inf
         if t + 1 >= next_limit:  # known on the host: most steps have no sentence at its limit
             # A row at its sentence's length limit may only end: EOS is all it can emit.
-            at_limit = (limits[active] <= t + 1).repeat_interleave(K)  # (A * K,)
+            at_limit = (limits[active] <= t + 1).repeat_interleave(K)  # (R * K,)
             not_eos = torch.arange(V, device=dev) != EOS  # (V,)
             log_probs.masked_fill_(at_limit[:, None] & not_eos, -torch.inf)
         # Two-stage top-k: a row's best 2K tokens hold all the candidates the beam could keep from
-        # it, so neither the (A, K * V) sum nor a top-k over K * V entries is ever formed.
+        # it, so neither the (R, K * V) sum nor a top-k over K * V entries is ever formed.
         W = min(2 * K, V)
-        row_scores, row_tok = log_probs.topk(W, dim=1)  # (A * K, W)
-        cand = (alive[:, :, None] + row_scores.view(A, K, W)).view(A, K * W)  # (A, K * W)
-        cand_scores, cand_idx = cand.topk(2 * K, dim=1)  # (A, 2K), sorted
-        cand_from = cand_idx // W  # (A, 2K) the beam each candidate extends
-        cand_tok = row_tok.view(A, K * W).gather(1, cand_idx)  # (A, 2K)
-        is_eos = cand_tok == EOS  # (A, 2K)
+        row_scores, row_tok = log_probs.topk(W, dim=1)  # (R * K, W)
+        cand = (alive[:, :, None] + row_scores.view(R, K, W)).view(R, K * W)  # (R, K * W)
+        cand_scores, cand_idx = cand.topk(2 * K, dim=1)  # (R, 2K), sorted
+        cand_from = cand_idx // W  # (R, 2K) the beam each candidate extends
+        cand_tok = row_tok.view(R, K * W).gather(1, cand_idx)  # (R, 2K)
+        is_eos = cand_tok == EOS  # (R, 2K)
         # Open beams: the best K extensions that are not EOS (there are at least K of them).
-        open_scores, open_pos = cand_scores.masked_fill(is_eos, -torch.inf).topk(K, dim=1)  # (A, K)
-        open_from, open_tok = cand_from.gather(1, open_pos), cand_tok.gather(1, open_pos)  # (A, K)
+        open_scores, open_pos = cand_scores.masked_fill(is_eos, -torch.inf).topk(K, dim=1)  # (R, K)
+        open_from, open_tok = cand_from.gather(1, open_pos), cand_tok.gather(1, open_pos)  # (R, K)
         # Finished: EOS extensions that would have been in the beam (rank < K), merged with the old.
-        ends = is_eos & in_beam & (cand_scores > -torch.inf)  # (A, 2K)
+        ends = is_eos & in_beam & (cand_scores > -torch.inf)  # (R, 2K)
         new_norm = (cand_scores / gnmt_penalty(t + 1, alpha)).masked_fill(~ends, -torch.inf)
-        merged_norm = torch.cat([fin_norm[active], new_norm], 1)  # (A, 3K)
-        fin_norm_a, pos = merged_norm.topk(K, dim=1)  # (A, K)
+        merged_norm = torch.cat([fin_norm[active], new_norm], 1)  # (R, 3K)
+        fin_norm_r, pos = merged_norm.topk(K, dim=1)  # (R, K)
         step = torch.full_like(cand_from, t)
-        fin_norm[active] = fin_norm_a
-        new_raw = cand_scores.masked_fill(~ends, -torch.inf)  # (A, 2K)
+        fin_norm[active] = fin_norm_r
+        new_raw = cand_scores.masked_fill(~ends, -torch.inf)  # (R, 2K)
         fin_raw[active] = torch.cat([fin_raw[active], new_raw], 1).gather(1, pos)
         fin_end[active] = torch.cat([fin_end[active], step], 1).gather(1, pos)
         fin_from[active] = torch.cat([fin_from[active], cand_from], 1).gather(1, pos)
         # Back-pointers and weights in full-batch buffers: done sentences keep what they had.
         hist_tokens.append(open_tok.new_full((B, K), PAD).index_copy_(0, active, open_tok))
         hist_from.append(open_from.new_zeros((B, K)).index_copy_(0, active, open_from))
-        w = weights.view(A, K, *weights.shape[1:])  # (A, K, [N,] S)
+        w = weights.view(R, K, *weights.shape[1:])  # (R, K, [N,] S)
         hist_weights.append(w.new_zeros((B, *w.shape[1:])).index_copy_(0, active, w))
         # Done: K finished, or the best open beam cannot beat the n-th finished at any length.
-        limit_a = limits[active]  # (A,)
-        best_lp = gnmt_penalty(limit_a, alpha).clamp_min(gnmt_penalty(t + 2, alpha))  # (A,)
-        bound = open_scores[:, 0] / best_lp  # (A,) open scores are <= 0, so a larger lp only helps
-        done = (fin_norm_a[:, K - 1] > -torch.inf) | (fin_norm_a[:, nbest - 1] >= bound)
-        done |= limit_a <= t + 1
+        limit_r = limits[active]  # (R,)
+        best_lp = gnmt_penalty(limit_r, alpha).clamp_min(gnmt_penalty(t + 2, alpha))  # (R,)
+        bound = open_scores[:, 0] / best_lp  # (R,) open scores are <= 0, so a larger lp only helps
+        done = (fin_norm_r[:, K - 1] > -torch.inf) | (fin_norm_r[:, nbest - 1] >= bound)
+        done |= limit_r <= t + 1
         # One host sync per step; it pays for itself by dropping done sentences from the batch.
-        keep = (~done).nonzero().squeeze(1)  # (A',)
+        keep = (~done).nonzero().squeeze(1)  # (R',)
         if keep.numel() == 0:
             break
-        if keep.numel() < A:
+        if keep.numel() < R:
             next_limit = int(limits[active[keep]].min())
         # Reorder the beams and drop done sentences in one index_select per state tensor.
-        rows = (keep[:, None] * K + open_from[keep]).view(-1)  # (A' * K,)
+        rows = (keep[:, None] * K + open_from[keep]).view(-1)  # (R' * K,)
         state = reorder_state(state, rows)
-        prev = open_tok[keep].view(-1)  # (A' * K,)
-        alive = open_scores[keep]  # (A', K)
-        active = active[keep]  # (A',)
+        prev = open_tok[keep].view(-1)  # (R' * K,)
+        alive = open_scores[keep]  # (R', K)
+        active = active[keep]  # (R',)
     return _backtrack(
         fin_raw, fin_norm, fin_end, fin_from, hist_tokens, hist_from, hist_weights, src_lens, nbest
     )
@@ -265,13 +285,7 @@ def _backtrack(
 
 
 def translate_batch(
-    model: Seq2Seq,
-    batch: dict[str, Tensor],
-    beam: int = 1,
-    length_penalty: float = 1.0,
-    max_len_ratio: float = 1.5,
-    max_len_extra: int = 10,
-    nbest: int = 1,
+    model: Seq2Seq, batch: dict[str, Tensor], search: SearchConfig = SearchConfig()
 ) -> Hypotheses:
     """Greedy (beam 1) or beam search over a batch with `src`, `src_lens`, `src_mask` on any device.
 
@@ -279,107 +293,6 @@ def translate_batch(
     """
     device = next(model.parameters()).device
     src, src_lens, src_mask = (batch[k].to(device) for k in ("src", "src_lens", "src_mask"))
-    if beam == 1 and nbest == 1:
-        return greedy_search(model, src, src_lens, src_mask, max_len_ratio, max_len_extra)
-    return beam_search(
-        model, src, src_lens, src_mask, beam, length_penalty, max_len_ratio, max_len_extra, nbest
-    )
-
-
-def translate_batches(
-    model: Seq2Seq,
-    batches: Iterable[dict[str, Tensor]],
-    beam: int = 1,
-    length_penalty: float = 1.0,
-    max_len_ratio: float = 1.5,
-    max_len_extra: int = 10,
-    nbest: int = 1,
-) -> Hypotheses:
-    """Decode every batch (each with an `index` (B,) of sentence positions) with `translate_batch`
-    and return the hypotheses of all sentences in `index` order, scores on the CPU."""
-    search = dict(
-        beam=beam,
-        length_penalty=length_penalty,
-        max_len_ratio=max_len_ratio,
-        max_len_extra=max_len_extra,
-        nbest=nbest,
-    )
-    order: list[int] = []
-    parts: list[Hypotheses] = []
-    for batch in batches:
-        parts.append(translate_batch(model, batch, **search))
-        order.extend(batch["index"].tolist())
-    rank = sorted(range(len(order)), key=order.__getitem__)  # position in the output -> in `parts`
-    flat = [(h, i) for h in parts for i in range(len(h.tokens))]
-    picked = [flat[r] for r in rank]
-    scores = torch.cat([h.scores.cpu() for h in parts])[rank] if parts else torch.zeros(0)
-    lists = None  # n-best lists come from beam search only
-    if parts and parts[0].nbest is not None:
-        lists = [h.nbest[i] for h, i in picked]
-    return Hypotheses(
-        tokens=[h.tokens[i] for h, i in picked],
-        scores=scores,
-        weights=[h.weights[i] for h, i in picked],
-        normalized=torch.cat([h.normalized.cpu() for h in parts])[rank] if lists else None,
-        nbest=lists,
-    )
-
-
-def add_search_flags(parser: argparse.ArgumentParser) -> None:
-    """The decoding, batching and device flags that evaluate.py and translate.py share."""
-    parser.add_argument("--beam", type=int, default=5, help="beam size (1: greedy search)")
-    parser.add_argument(
-        "--length-penalty", type=float, default=1.0, help="GNMT length penalty alpha"
-    )
-    parser.add_argument(
-        "--max-len-ratio", type=float, default=1.5, help="output limit: ratio * source length"
-    )
-    parser.add_argument("--max-len-extra", type=int, default=10, help="... + this many tokens")
-    size = parser.add_mutually_exclusive_group()
-    size.add_argument(
-        "--batch-tokens", type=int, default=4096, help="source-token budget per batch"
-    )
-    size.add_argument(
-        "--batch-size", type=int, help="sentences per batch (instead of --batch-tokens)"
-    )
-    parser.add_argument(
-        "--device", default="auto", help="cpu, cuda, cuda:1, ... (auto: cuda if available)"
-    )
-
-
-def check_search_flags(args: argparse.Namespace) -> None:
-    """Range checks of the flags `add_search_flags` adds; a bad value is a UserError naming it."""
-    for flag in ("beam", "batch_tokens", "batch_size", "max_len_extra"):
-        value = getattr(args, flag, None)
-        if value is not None and value < (0 if flag == "max_len_extra" else 1):
-            raise UserError(f"--{flag.replace('_', '-')} must be positive, got {value}")
-    if args.max_len_ratio <= 0:
-        raise UserError(f"--max-len-ratio must be positive, got {args.max_len_ratio}")
-
-
-def translate_lines(
-    model: Seq2Seq, tokenizer: Tokenizer, lines: list[str], args: argparse.Namespace
-) -> tuple[list[str], list[int], Hypotheses]:
-    """Translate raw lines with the flags of `add_search_flags`; a blank line gets a blank translation.
-
-    Returns the detokenized translations in input order, the positions of the non-blank lines, and
-    those lines' hypotheses (tokens, scores, weights) in the same order.
-    """
-    from seq2seq.data import (
-        source_loader,  # data pulls in lightning; search itself needs only torch
-    )
-
-    kept = [i for i, line in enumerate(lines) if line.strip()]
-    batches = source_loader(tokenizer, [lines[i] for i in kept], args.batch_tokens, args.batch_size)
-    hyps = translate_batches(
-        model,
-        batches,
-        beam=args.beam,
-        length_penalty=args.length_penalty,
-        max_len_ratio=args.max_len_ratio,
-        max_len_extra=args.max_len_extra,
-    )
-    out = [""] * len(lines)
-    for i, ids in zip(kept, hyps.tokens, strict=True):
-        out[i] = tokenizer.decode(ids)
-    return out, kept, hyps
+    if search.beam == 1:
+        return greedy_search(model, src, src_lens, src_mask, search)
+    return beam_search(model, src, src_lens, src_mask, search)

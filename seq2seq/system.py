@@ -1,80 +1,25 @@
-"""TranslationSystem: the LightningModule that wires a model to its loss, decoding, metrics and optimizer.
+"""TranslationSystem: the LightningModule that trains a translation model it is handed.
 
-The model itself is a plain `nn.Module` (seq2seq.models); this class adds what training needs: the
-label-smoothed loss over real target tokens, validation loss, perplexity and BLEU from the same search
-code that evaluation uses, Adam with warm-up and cosine decay, gradient clipping, and the sentencepiece
-model carried inside every checkpoint.
+The model is a plain `nn.Module` (seq2seq.models); this class adds what training needs: the
+label-smoothed loss (seq2seq.loss), validation loss, perplexity and BLEU from the same search code that
+evaluation uses, Adam with warm-up and cosine or inverse-sqrt decay, gradient clipping, and a checkpoint
+that carries the model's arguments and its tokenizer (seq2seq.checkpoint).
 """
 
 import functools
 import math
-from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import torch
 from torch import Tensor
 
 from seq2seq import __version__
-from seq2seq.config import TrainConfig, config_from_dict
-from seq2seq.errors import UserError
+from seq2seq.interface import Seq2Seq
+from seq2seq.loss import batch_loss
 from seq2seq.metrics import attention_entropy, corpus_bleu, perplexity
-from seq2seq.models import Seq2Seq, build_model
-from seq2seq.search import translate_batch
+from seq2seq.search import SearchConfig, translate_batch
 from seq2seq.tokenizer import Tokenizer
-
-
-def smoothed_nll(logits: Tensor, target: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
-    """Label-smoothed cross-entropy and plain NLL, both summed. logits (N, V), target (N,).
-
-    One log-softmax serves both: the loss to optimise and the NLL behind perplexity.
-    """
-    return SmoothedCrossEntropy.apply(logits, target, smoothing)
-
-
-class SmoothedCrossEntropy(torch.autograd.Function):
-    """`smoothed_nll` with a hand-written backward: one (N, V) buffer instead of autograd's chain.
-
-    Autograd would differentiate the mean, the gather and the log-softmax one after the other, each with
-    its own (N, V) tensor: with N of 2,000 tokens and V of 8,000 that is 64 MB apiece. The gradient in
-    closed form is softmax(logits) - q, with q the smoothed target distribution.
-    """
-
-    @staticmethod
-    def forward(ctx, logits: Tensor, target: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
-        # At least fp32: bf16 logits (autocast) are widened; float64 (gradcheck) stays as it is.
-        log_probs = logits.to(torch.promote_types(logits.dtype, torch.float32)).log_softmax(-1)
-        nll = -log_probs.gather(1, target.unsqueeze(1)).squeeze(1)  # (N,)
-        uniform = -log_probs.mean(-1)  # (N,) cross-entropy against the uniform distribution
-        loss = (1.0 - smoothing) * nll + smoothing * uniform  # (N,)
-        ctx.save_for_backward(log_probs, target)
-        ctx.smoothing, ctx.logits_dtype = smoothing, logits.dtype
-        return loss.sum(), nll.sum()
-
-    @staticmethod
-    def backward(ctx, grad_loss: Tensor, grad_nll: Tensor) -> tuple[Tensor, None, None]:
-        log_probs, target = ctx.saved_tensors
-        eps, vocab = ctx.smoothing, log_probs.size(-1)
-        # d loss / d logits = p - (1 - eps) onehot - eps / V;  d nll / d logits = p - onehot.
-        grad = log_probs.exp().mul_(grad_loss + grad_nll).sub_(grad_loss * (eps / vocab))  # (N, V)
-        rows = torch.arange(len(target), device=target.device)  # (N,)
-        grad[rows, target] -= grad_loss * (1.0 - eps) + grad_nll
-        return grad.to(ctx.logits_dtype), None, None
-
-
-def batch_loss(
-    model: Seq2Seq, batch: dict[str, Tensor], label_smoothing: float
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Teacher-forced loss of a batch: smoothed loss sum, NLL sum, real token count, attention weights.
-
-    The output layer runs once, on the real target positions only: padding costs no V-sized work.
-    """
-    state = model.encode(batch["src"], batch["src_lens"], batch["src_mask"])
-    features, weights = model.decode(state, batch["tgt_in"])  # (B, T, O), (B, T, [N,] S)
-    mask = batch["tgt_mask"]  # (B, T)
-    logits = model.generator(features[mask])  # (N_tok, V)
-    loss_sum, nll_sum = smoothed_nll(logits, batch["tgt_out"][mask], label_smoothing)
-    return loss_sum, nll_sum, mask.sum(), weights
 
 
 def lr_factor(step: int, schedule: str, warmup: int, total: int, floor: float) -> float:
@@ -92,24 +37,46 @@ def lr_factor(step: int, schedule: str, warmup: int, total: int, floor: float) -
 
 
 class TranslationSystem(L.LightningModule):
-    """Training, validation and checkpointing of one translation model built from a TrainConfig."""
+    """Training, validation and checkpointing of one translation model.
 
-    def __init__(self, config: dict[str, Any], vocab_size: int) -> None:
+    Args:
+        model: the model to train (from `seq2seq.models.build_model`, so it has `model_args`).
+        tokenizer: its tokenizer; decodes validation hypotheses and travels in every checkpoint.
+        lr, lr_schedule, warmup_steps, min_lr_ratio: Adam's peak rate and its schedule (`lr_factor`).
+        label_smoothing: eps of the smoothed cross-entropy.
+        clip_norm: gradient-norm clipping (0: off; the norm is logged either way).
+        val_beam: beam size of validation BLEU (1: greedy).
+        corpus: what the model trains on (dataset, data_dir, src, tgt), kept in checkpoints so that
+            `evaluate.py --split` finds the same corpus.
+    """
+
+    def __init__(
+        self,
+        model: Seq2Seq,
+        tokenizer: Tokenizer,
+        lr: float = 1e-3,
+        lr_schedule: Literal["cosine", "inverse_sqrt"] = "cosine",
+        warmup_steps: int = 500,
+        min_lr_ratio: float = 0.1,
+        label_smoothing: float = 0.1,
+        clip_norm: float = 1.0,
+        val_beam: int = 1,
+        corpus: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__()
-        self.save_hyperparameters()
-        self.cfg: TrainConfig = config_from_dict(config, "hparams")
-        self.model = build_model(self.cfg, vocab_size)
-        self.tokenizer: Tokenizer | None = None  # set by the caller, restored from checkpoints
+        self.save_hyperparameters(ignore=["model", "tokenizer"])
+        self.model, self.tokenizer = model, tokenizer
+        self.val_search = SearchConfig(beam=val_beam)
         self._val_outputs: list[tuple[int, str]] = []
         self._val_sums = torch.zeros(3)  # nll sum, token count, entropy sum over batches
 
     def forward(self, batch: dict[str, Tensor]) -> list[str]:
-        """Inference: translations of a batch (beam `val_beam`, 1 = greedy), detokenized, in batch order."""
-        hyps = translate_batch(self.model, batch, beam=self.cfg.val_beam)
+        """Inference: translations of a batch (beam `val_beam`), detokenized, in batch order."""
+        hyps = translate_batch(self.model, batch, self.val_search)
         return [self.tokenizer.decode(ids) for ids in hyps.tokens]
 
     def _shared_step(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        return batch_loss(self.model, batch, self.cfg.label_smoothing)
+        return batch_loss(self.model, batch, self.hparams.label_smoothing)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         loss_sum, nll_sum, tokens, _ = self._shared_step(batch)
@@ -124,7 +91,7 @@ class TranslationSystem(L.LightningModule):
         entropy = attention_entropy(weights, batch["tgt_mask"])
         self._val_sums += torch.stack([nll_sum.float(), tokens.float(), entropy.float()]).cpu()
         # The same search code as evaluate.py, so validation BLEU is the BLEU a user will measure.
-        hyps = translate_batch(self.model, batch, beam=self.cfg.val_beam)
+        hyps = translate_batch(self.model, batch, self.val_search)
         for index, ids in zip(batch["index"].tolist(), hyps.tokens, strict=True):
             self._val_outputs.append((index, self.tokenizer.decode(ids)))
 
@@ -144,30 +111,21 @@ class TranslationSystem(L.LightningModule):
         nll_sum, tokens, entropy_sum = sums.tolist()
         references = self.trainer.datamodule.references("val")
         hypotheses = [text for _, text in sorted(outputs)]
-        if len(hypotheses) == len(
-            references
-        ):  # a partial validation (sanity check, limits) has no BLEU
-            self.log(
-                "val/bleu",
-                corpus_bleu(hypotheses, references).value,
-                prog_bar=True,
-                sync_dist=False,
-            )
-        self.log("val/loss", nll_sum / max(tokens, 1), sync_dist=False)
-        self.log("val/ppl", perplexity(nll_sum, int(tokens)), sync_dist=False)
-        self.log("val/attn_entropy", entropy_sum / batches, sync_dist=False)
+        if len(hypotheses) == len(references):  # a partial validation (limits) has no BLEU
+            self.log("val/bleu", corpus_bleu(hypotheses, references).value, prog_bar=True)
+        # Every rank holds the gathered sums, so every rank logs the same value: no sync needed.
+        self.log("val/loss", nll_sum / max(tokens, 1))
+        self.log("val/ppl", perplexity(nll_sum, int(tokens)))
+        self.log("val/attn_entropy", entropy_sum / batches)
 
     def configure_optimizers(self) -> dict[str, Any]:
-        optimizer = torch.optim.Adam(self.parameters(), lr=self.cfg.lr, betas=(0.9, 0.98), eps=1e-9)
+        hp = self.hparams
+        optimizer = torch.optim.Adam(self.parameters(), lr=hp.lr, betas=(0.9, 0.98), eps=1e-9)
         total = max(int(self.trainer.estimated_stepping_batches), 1)
         # A short run (tests, --max-steps 60) must not spend itself warming up: cap warm-up at 10%.
-        warmup = min(self.cfg.warmup_steps, total // 10)
+        warmup = min(hp.warmup_steps, total // 10)
         schedule = functools.partial(
-            lr_factor,
-            schedule=self.cfg.lr_schedule,
-            warmup=warmup,
-            total=total,
-            floor=self.cfg.min_lr_ratio,
+            lr_factor, schedule=hp.lr_schedule, warmup=warmup, total=total, floor=hp.min_lr_ratio
         )
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         return {
@@ -179,81 +137,12 @@ class TranslationSystem(L.LightningModule):
         self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any
     ) -> None:
         # clip_grad_norm_ returns the norm before clipping: logging it costs no second pass.
-        max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else math.inf
+        max_norm = self.hparams.clip_norm if self.hparams.clip_norm > 0 else math.inf
         norm = torch.nn.utils.clip_grad_norm_(self.parameters(), max_norm)
         self.log("train/grad_norm", norm)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # What rebuilds the model without this class (seq2seq.checkpoint.load_model).
         checkpoint["seq2seq_version"] = __version__
+        checkpoint["model_args"] = dict(self.model.model_args)
         checkpoint["tokenizer"] = self.tokenizer.to_bytes()
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.tokenizer = Tokenizer.from_bytes(checkpoint["tokenizer"])
-
-
-def read_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
-    """The raw dict of a checkpoint written by training, checked to be one: else a UserError naming it.
-
-    `weights_only` loading: a checkpoint holds tensors, numbers, strings and bytes only, so a foreign
-    pickle is refused instead of run.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: no such checkpoint")
-    try:
-        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as err:  # torch raises several types for a truncated or non-checkpoint file
-        raise UserError(
-            f"{path}: not a readable checkpoint (truncated, corrupt or not a checkpoint: "
-            f"{type(err).__name__})"
-        ) from None
-    hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
-    if (
-        not isinstance(hparams, dict)
-        or "tokenizer" not in checkpoint
-        or "state_dict" not in checkpoint
-    ):
-        raise UserError(
-            f"{path}: not a seq2seq checkpoint (no tokenizer, weights or hyper-parameters inside)"
-        )
-    if not isinstance(hparams.get("config"), dict) or "vocab_size" not in hparams:
-        raise UserError(
-            f"{path}: written by another version of seq2seq (hyper-parameters lack config/vocab_size)"
-        )
-    return checkpoint
-
-
-def load_system(path: str | Path, map_location: str = "cpu") -> TranslationSystem:
-    """Load a checkpoint written by training: model, config and tokenizer, from that file alone.
-
-    A missing, truncated or foreign file is a UserError naming it.
-    """
-    checkpoint = read_checkpoint(path, map_location)
-    hparams = checkpoint["hyper_parameters"]
-    try:
-        system = TranslationSystem(hparams["config"], hparams["vocab_size"])
-        system.load_state_dict(checkpoint["state_dict"])
-    except UserError as err:
-        raise UserError(f"{path}: {err}") from None
-    except (RuntimeError, TypeError, ValueError) as err:
-        raise UserError(
-            f"{path}: weights do not fit this version of seq2seq ({str(err).splitlines()[0]})"
-        ) from None
-    try:
-        system.on_load_checkpoint(checkpoint)
-    except UserError as err:
-        raise UserError(f"{path}: {err}") from None
-    return system.eval()
-
-
-def pick_device(name: str) -> torch.device:
-    """The device for `--device NAME` (auto: CUDA when there is one); a bad name is a UserError."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UserError(f"--device {name}: not a device (try cpu or cuda)") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"--device {name}: no CUDA device here")
-    return device

@@ -14,21 +14,17 @@ and values, projected once in `encode` (`cross_k{i}`, `cross_v{i}`: (B, N, S, D)
 source mask `memory_mask` (B, S) and the next target position `pos` (B,). All are batch-first, so
 `reorder_state` serves beam search.
 
-Dimension letters: B batch, S source length, T target length, H d_model, N heads, D = H / N head size,
-F feed-forward size, V vocabulary, L layers.
+Dimension letters (the table in seq2seq.interface): B batch, S source length, T target length,
+H d_model, N heads, D = H / N head size, F feed-forward size, V vocabulary, L layers.
 """
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from seq2seq.attention import MultiHeadAttention
-from seq2seq.models import Seq2Seq, State
-
-if TYPE_CHECKING:
-    from seq2seq.config import TrainConfig
+from seq2seq.interface import Seq2Seq, State
 
 
 class PositionalEncoding(nn.Module):
@@ -201,20 +197,6 @@ class TransformerSeq2Seq(Seq2Seq):
             nn.init.zeros_(embedding.weight[0])
         if tie_embeddings:
             self.generator.weight = self.tgt_embedding.weight
-
-    @classmethod
-    def from_config(cls, cfg: "TrainConfig", vocab_size: int) -> "TransformerSeq2Seq":
-        """The model at the sizes in `cfg` (d_model, heads, layers, ff_size, dropout, post_ln, ...)."""
-        return cls(
-            vocab_size=vocab_size,
-            d_model=cfg.d_model,
-            heads=cfg.heads,
-            layers=cfg.layers,
-            ff_size=cfg.ff_size,
-            dropout=cfg.dropout,
-            post_ln=cfg.post_ln,
-            tie_embeddings=cfg.tie_embeddings,
-        )
 
     def embed(self, embedding: nn.Embedding, tokens: Tensor, positions: Tensor) -> Tensor:
         """sqrt(H) emb + PE, then dropout. Args: tokens (B, T); positions (T,) or (B, T). Returns (B, T, H)."""

@@ -1,58 +1,21 @@
-"""Checkpoints that survive a kill, and the run folder a training run writes to or resumes in.
+"""The run folder a training run writes to or resumes in, and the Lightning side of its checkpoints.
 
-A kill -9 or a power cut during a plain `torch.save` leaves a truncated file where the last good
-checkpoint was. `AtomicCheckpointIO` writes to a temporary file in the same folder, fsyncs it and
-renames it over the target: `os.replace` is atomic within one filesystem, so readers see the old
-file or the new one, never half of one. (Lightning's own save goes through fsspec, whose local
-transaction stages the file in the system temp folder and moves it over: a copy, not a rename, when
-that folder is another filesystem, and never fsynced.)
+`AtomicCheckpointIO` routes Lightning's saves through `seq2seq.checkpoint.atomic_save` (Lightning's own
+save goes through fsspec, whose local transaction stages the file in the system temp folder and moves it
+over: a copy, not a rename, when that folder is another filesystem, and never fsynced).
 """
 
-import contextlib
-import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from seq2seq.checkpoint import TEMP_SUFFIX, atomic_save, read_checkpoint
 from seq2seq.errors import UserError
-from seq2seq.system import TranslationSystem, read_checkpoint
-
-TEMP_SUFFIX = ".tmp"
-
-
-def atomic_save(obj: Any, path: str | Path) -> None:
-    """`torch.save(obj, path)` that leaves either the old file or the new one, never a torn one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Same folder as the target, so the rename below never crosses a filesystem.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
-    try:
-        with os.fdopen(fd, "wb") as file:
-            torch.save(obj, file)
-            file.flush()
-            os.fsync(file.fileno())  # the bytes reach the disk before the name points at them
-        os.chmod(tmp, 0o644)  # mkstemp makes the file private; checkpoints are shared like logs
-        os.replace(tmp, path)
-    except BaseException:  # KeyboardInterrupt too: no temporary file outlives a failed save
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    _fsync_folder(path.parent)  # the rename itself survives a power cut
-
-
-def _fsync_folder(folder: Path) -> None:
-    with contextlib.suppress(OSError):  # some filesystems cannot open or sync a folder
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def remove_stale_temporaries(folder: str | Path) -> list[Path]:
@@ -193,7 +156,7 @@ def read_resumable(path: str | Path) -> dict[str, Any]:
     return checkpoint
 
 
-def check_fits(system: TranslationSystem, tokenizer: bytes, checkpoint: dict, path: Path) -> None:
+def check_fits(system: L.LightningModule, tokenizer: bytes, checkpoint: dict, path: Path) -> None:
     """Refuse to resume into a model or tokenizer other than the checkpoint's (changed flags or data)."""
     if checkpoint["tokenizer"] != tokenizer:
         raise UserError(

@@ -1,0 +1,251 @@
+"""Word alignments from attention, Pharaoh files, and the alignment error rate.
+
+A *word* is a whitespace-separated token of the raw sentence, numbered from 0 (the Pharaoh
+convention, DESIGN §8). Attention lives on subword pieces, shaped (T, S) or (T, N, S) with
+`T` target pieces, `S` source pieces and `N` heads; the last source column and the last target
+row are EOS (`</s>`). The path from attention to links is
+
+    pieces --word_spans--> word index per piece --merge_to_words--> (T_words, S_words) --hard_links-->
+
+**EOS policy.** `word_spans` gives special pieces (`<pad>`, `<s>`, `</s>`) the index -1, and
+`merge_to_words` drops every piece with index -1: the EOS column's mass is excluded, not spread
+over the words, and the EOS row (the decision to stop) aligns to nothing. Models often park most
+of a row's mass on EOS (fairseq #4446 reports > 0.6 in almost every row), so rows of the word
+matrix sum to less than 1 unless `renormalize=True`. EOS is dropped *before* the argmax in
+`hard_links`, so a target word that attends mostly to EOS still links to its best real word.
+
+AER (Och & Ney 2003), with A the hypothesis links, S the sure and P the possible gold links
+(S ⊆ P), counted over the whole corpus:
+    precision = |A∩P| / |A|,  recall = |A∩S| / |S|,  AER = 1 - (|A∩S| + |A∩P|) / (|A| + |S|).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from seq2seq.corpus import read_lines
+from seq2seq.errors import UserError
+
+Link = tuple[int, int]  # (source word, target word), both 0-based
+WORD_START = "\u2581"  # sentencepiece's marker for a preceding space
+SPECIALS = frozenset({"<pad>", "<s>", "</s>"})
+NOT_A_WORD = -1
+_LINK = re.compile(r"([0-9]+)([-p])([0-9]+)")
+
+
+def word_spans(pieces: Sequence[str], specials: Collection[str] = SPECIALS) -> list[int]:
+    """Index of the raw-text word each sentencepiece piece belongs to.
+
+    A word starts at the first visible character after a marker (or at the sentence start, so a
+    first piece without the marker is still word 0). A piece that is only markers, such as the
+    lone "▁" sentencepiece puts before "(" or an unknown character, joins the word of the next
+    visible piece (the last word if none follows). A piece holding a marker inside ("a▁b", only
+    with `split_by_whitespace=False`) belongs to the word where it starts.
+
+    Pass surface pieces (`encode(text, out_type=str)`) or `id_to_piece` strings; in the latter an
+    unknown character reads "<unk>", which is fine because sentencepiece keeps its "▁" apart.
+
+    Args:
+        pieces: the pieces of one sentence, in order, EOS and other specials included.
+        specials: pieces that are not text; they get -1.
+
+    Returns:
+        One word index per piece: 0, 1, ... for text, -1 for specials and for a sentence whose
+        pieces are only markers.
+    """
+    words: list[int] = []
+    word, after_space, waiting = NOT_A_WORD, True, []
+    for i, piece in enumerate(pieces):
+        if piece in specials:
+            words.append(NOT_A_WORD)
+            continue
+        first = None
+        for char in piece:
+            if char == WORD_START or char.isspace():
+                after_space = True
+                continue
+            if after_space:
+                word, after_space = word + 1, False
+            if first is None:
+                first = word
+        words.append(NOT_A_WORD if first is None else first)
+        waiting.append(i)  # a marker-only piece waits for the next visible piece's word
+        if first is not None:
+            for j in waiting:
+                words[j] = first
+            waiting = []
+    for j in waiting:
+        words[j] = word  # trailing markers join the last word (-1 when there is none)
+    return words
+
+
+def _membership(word_of_piece: Sequence[int], like: Tensor) -> Tensor:
+    """(W, P) 0/1 matrix: entry [w, p] is 1 when piece p belongs to word w; -1 pieces get none."""
+    if any(w < NOT_A_WORD for w in word_of_piece):
+        raise ValueError(f"word indices must be >= -1, got {min(word_of_piece)}")
+    n_words = max(word_of_piece, default=NOT_A_WORD) + 1
+    member = torch.zeros(n_words, len(word_of_piece), dtype=like.dtype, device=like.device)
+    for piece, word in enumerate(word_of_piece):
+        if word != NOT_A_WORD:
+            member[word, piece] = 1
+    return member  # (W, P)
+
+
+def merge_to_words(
+    weights: Tensor,
+    src_word_of_piece: Sequence[int],
+    tgt_word_of_piece: Sequence[int],
+    reduce: Literal["sum", "mean"] = "mean",
+    renormalize: bool = False,
+) -> Tensor:
+    """Subword attention to a word-level soft alignment.
+
+    A source word receives the summed attention of its pieces (columns add, so rows stay
+    distributions over words); a target word takes the mean (or, with `reduce="sum"`, the sum)
+    of its pieces' rows. Pieces with word index -1 (EOS, see the module docstring) are dropped.
+
+    Args:
+        weights: attention (T, S) or per head (T, N, S), T target pieces, S source pieces.
+        src_word_of_piece: S word indices from `word_spans` of the source pieces.
+        tgt_word_of_piece: T word indices from `word_spans` of the target pieces.
+        reduce: how the rows of one target word's pieces combine, "mean" or "sum".
+        renormalize: divide each row by its sum after dropping EOS; all-zero rows stay zero.
+
+    Returns:
+        (T_words, S_words), or (T_words, N, S_words) for per-head input.
+    """
+    if weights.dim() not in (2, 3):
+        raise ValueError(f"weights must be (T, S) or (T, N, S), got shape {tuple(weights.shape)}")
+    if (len(tgt_word_of_piece), len(src_word_of_piece)) != (weights.shape[0], weights.shape[-1]):
+        raise ValueError(
+            f"weights {tuple(weights.shape)} do not match {len(tgt_word_of_piece)} target and "
+            f"{len(src_word_of_piece)} source word indices"
+        )
+    if reduce not in ("sum", "mean"):
+        raise ValueError(f"reduce must be 'sum' or 'mean', got {reduce!r}")
+    src_member = _membership(src_word_of_piece, weights)  # (S_words, S)
+    tgt_member = _membership(tgt_word_of_piece, weights)  # (T_words, T)
+    if reduce == "mean":
+        tgt_member = tgt_member / tgt_member.sum(1, keepdim=True).clamp(min=1)
+    if weights.dim() == 2:
+        words = tgt_member @ weights @ src_member.T  # (T_words, S_words)
+    else:
+        words = torch.einsum("wt,tns,vs->wnv", tgt_member, weights, src_member)  # (T_w, N, S_w)
+    if renormalize:
+        total = words.sum(-1, keepdim=True)
+        words = torch.where(total > 0, words / total.clamp(min=torch.finfo(words.dtype).tiny), 0)
+    return words
+
+
+def hard_links(
+    word_matrix: Tensor, direction: Literal["tgt2src", "src2tgt", "intersect"] = "tgt2src"
+) -> list[Link]:
+    """Hard word links from a soft word alignment, sorted as (source word, target word) pairs.
+
+    `tgt2src` links each target word to its highest-weighted source word, `src2tgt` each source
+    word to its highest-weighted target word, `intersect` keeps the links both agree on. Ties go to
+    the lower index. A row (or column) without any positive weight, as when all of a word's
+    attention sat on EOS and was dropped, gives no link.
+
+    Args:
+        word_matrix: (T_words, S_words) from `merge_to_words`, or (T_words, N, S_words), whose
+            heads are averaged first.
+        direction: "tgt2src", "src2tgt" or "intersect".
+    """
+    if word_matrix.dim() == 3:
+        word_matrix = word_matrix.mean(1)  # (T_words, S_words)
+    if word_matrix.dim() != 2:
+        raise ValueError(f"expected (T, S) or (T, N, S), got shape {tuple(word_matrix.shape)}")
+    if direction not in ("tgt2src", "src2tgt", "intersect"):
+        raise ValueError(f"direction must be tgt2src, src2tgt or intersect, got {direction!r}")
+    if word_matrix.numel() == 0:
+        return []
+    best, src_of_tgt = word_matrix.max(dim=1)  # (T_words,) each target word's best source word
+    tgt2src = {(int(s), t) for t, s in enumerate(src_of_tgt.tolist()) if best[t] > 0}
+    best, tgt_of_src = word_matrix.max(dim=0)  # (S_words,) each source word's best target word
+    src2tgt = {(s, int(t)) for s, t in enumerate(tgt_of_src.tolist()) if best[s] > 0}
+    chosen = {"tgt2src": tgt2src, "src2tgt": src2tgt, "intersect": tgt2src & src2tgt}[direction]
+    return sorted(chosen)
+
+
+def format_pharaoh(links: Iterable[Link]) -> str:
+    """One Pharaoh line, "0-0 1-2 ...": source-target pairs, sorted, each once."""
+    return " ".join(f"{src}-{tgt}" for src, tgt in sorted(set(links)))
+
+
+def read_pharaoh(path: str | Path) -> list[tuple[set[Link], set[Link]]]:
+    """Read a gold alignment file: one line per sentence pair, plain or gzip.
+
+    `i-j` is a sure link and `ipj` a possible one; sure links count as possible too, so each
+    line gives (sure, possible) with sure ⊆ possible. An empty line is a pair without links.
+
+    Raises:
+        UserError: a token that is neither form, naming the file and line.
+    """
+    gold = []
+    for number, line in enumerate(read_lines(path), start=1):
+        sure, possible = set(), set()
+        for token in line.split():
+            match = _LINK.fullmatch(token)
+            if match is None:
+                raise UserError(
+                    f"{path} line {number}: bad alignment link {token!r} (expected i-j or ipj)"
+                )
+            link = (int(match[1]), int(match[3]))
+            possible.add(link)
+            if match[2] == "-":
+                sure.add(link)
+        gold.append((sure, possible))
+    return gold
+
+
+@dataclass(frozen=True)
+class AERScore:
+    """Corpus-level scores and the counts behind them (A hypothesis, S sure, P possible)."""
+
+    precision: float
+    recall: float
+    aer: float
+    hyp_links: int  # |A|
+    sure_links: int  # |S|
+    sure_hits: int  # |A∩S|
+    possible_hits: int  # |A∩P|
+
+
+def alignment_error_rate(
+    hyps: Sequence[Iterable[Link]], gold: Sequence[tuple[set[Link], set[Link]]]
+) -> AERScore:
+    """AER of hypothesis links against gold (sure, possible) sets, summed over the corpus.
+
+    An empty denominator has a vacuous answer: no hypothesis links give precision 1.0 (nothing
+    claimed was wrong), no sure links give recall 1.0, and both empty give AER 0.0. The counts
+    in the result show when that happened.
+
+    Args:
+        hyps: per sentence, its (source, target) links.
+        gold: per sentence, (sure, possible) as from `read_pharaoh`.
+
+    Raises:
+        UserError: hyps and gold cover different numbers of sentences.
+    """
+    if len(hyps) != len(gold):
+        raise UserError(
+            f"alignment: {len(hyps)} hypothesis sentences but {len(gold)} gold sentences"
+        )
+    a = s = a_s = a_p = 0
+    for links, (sure, possible) in zip(hyps, gold, strict=True):
+        links = set(links)
+        a, s = a + len(links), s + len(sure)
+        a_s += len(links & sure)
+        a_p += len(links & (possible | sure))  # sure links are possible even if a file omits them
+    precision = a_p / a if a else 1.0
+    recall = a_s / s if s else 1.0
+    aer = 1.0 - (a_s + a_p) / (a + s) if a + s else 0.0
+    return AERScore(precision, recall, aer, a, s, a_s, a_p)

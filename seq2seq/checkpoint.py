@@ -1,0 +1,131 @@
+"""Checkpoint files: written whole or not at all, read back into a plain model and its tokenizer.
+
+What a checkpoint holds (a dict, saved with `torch.save`; training adds Lightning's own keys):
+
+- `model_args`: the arguments `seq2seq.models.build_model` rebuilds the `nn.Module` from;
+- `state_dict`: the model's weights, under `model.` (the LightningModule's attribute);
+- `tokenizer`: the sentencepiece model proto, as bytes;
+- `hyper_parameters`: the optimisation settings of the run (learning rate, smoothing, ...) and the
+  corpus it trained on (`corpus`: dataset, data_dir, src, tgt), which `evaluate.py --split` reads.
+
+The whole flag set of a run lives in its `hparams.yaml`, not here. Rebuilding a model needs no training
+machinery (this is what `load_model` does):
+
+    checkpoint = torch.load(path, weights_only=True)
+    model = build_model(checkpoint["model_args"])
+    model.load_state_dict({k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items()})
+    tokenizer = Tokenizer.from_bytes(checkpoint["tokenizer"])
+
+A kill -9 or a power cut during a plain `torch.save` leaves a truncated file where the last good
+checkpoint was: `atomic_save` writes a temporary file in the same folder, fsyncs it and renames it over
+the target, so readers see the old file or the new one, never half of one.
+"""
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seq2seq.errors import UserError
+from seq2seq.interface import Seq2Seq
+from seq2seq.models import MODEL_KEYS, build_model
+from seq2seq.tokenizer import Tokenizer
+
+TEMP_SUFFIX = ".tmp"
+
+
+def atomic_save(obj: Any, path: str | Path) -> None:
+    """`torch.save(obj, path)` that leaves either the old file or the new one, never a torn one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Same folder as the target, so the rename below never crosses a filesystem.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            torch.save(obj, file)
+            file.flush()
+            os.fsync(file.fileno())  # the bytes reach the disk before the name points at them
+        os.chmod(tmp, 0o644)  # mkstemp makes the file private; checkpoints are shared like logs
+        os.replace(tmp, path)
+    except BaseException:  # KeyboardInterrupt too: no temporary file outlives a failed save
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # the rename itself survives a power cut
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def read_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
+    """The raw dict of a seq2seq checkpoint, else a UserError naming the file.
+
+    `weights_only` loading: a checkpoint holds tensors, numbers, strings and bytes only, so a foreign
+    pickle is refused instead of run. A checkpoint of seq2seq 0.1 (its run config instead of
+    `model_args`) comes back with `model_args` derived from that config.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such checkpoint")
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:  # torch raises several types for a truncated or non-checkpoint file
+        raise UserError(
+            f"{path}: not a readable checkpoint (truncated, corrupt or not a checkpoint: "
+            f"{type(err).__name__})"
+        ) from None
+    if not isinstance(checkpoint, dict) or not {"tokenizer", "state_dict"} <= checkpoint.keys():
+        raise UserError(f"{path}: not a seq2seq checkpoint (no tokenizer or weights inside)")
+    if "model_args" not in checkpoint:
+        checkpoint["model_args"] = _model_args_v01(path, checkpoint.get("hyper_parameters"))
+    return checkpoint
+
+
+def _model_args_v01(path: Path, hparams: Any) -> dict[str, Any]:
+    """`model_args` of a seq2seq 0.1 checkpoint, whose hyper-parameters were the run's whole config."""
+    config = hparams.get("config") if isinstance(hparams, dict) else None
+    if not isinstance(config, dict) or "vocab_size" not in hparams:
+        raise UserError(f"{path}: not a seq2seq checkpoint (no model arguments inside)")
+    kind = config.get("model", "rnn")
+    if kind not in MODEL_KEYS or any(key not in config for key in MODEL_KEYS[kind]):
+        raise UserError(f"{path}: written by an unknown version of seq2seq (model {kind!r})")
+    sizes = {key: config[key] for key in MODEL_KEYS[kind]}
+    return {"model": kind, "vocab_size": hparams["vocab_size"], **sizes}
+
+
+def corpus_of(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+    """The training corpus a checkpoint names (dataset, data_dir, src, tgt), or None if it names none."""
+    hparams = checkpoint.get("hyper_parameters") or {}
+    corpus = hparams.get("corpus") or hparams.get("config")  # seq2seq 0.1 kept the whole config
+    if not isinstance(corpus, dict):
+        return None
+    return {key: corpus.get(key) for key in ("dataset", "data_dir", "src", "tgt")}
+
+
+def model_weights(checkpoint: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The model's state dict out of a checkpoint (the system keeps the model under `model.`)."""
+    return {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items()}
+
+
+def load_model(path: str | Path, map_location: str = "cpu") -> tuple[Seq2Seq, Tokenizer]:
+    """The trained model (eval mode) and its tokenizer, from a checkpoint file alone.
+
+    A missing, truncated or foreign file, or weights that do not fit, is a UserError naming it.
+    """
+    checkpoint = read_checkpoint(path, map_location)
+    try:
+        model = build_model(checkpoint["model_args"])
+        model.load_state_dict(model_weights(checkpoint))
+        tokenizer = Tokenizer.from_bytes(checkpoint["tokenizer"])
+    except UserError as err:
+        raise UserError(f"{path}: {err}") from None
+    except (RuntimeError, TypeError, ValueError) as err:
+        raise UserError(
+            f"{path}: weights do not fit this version of seq2seq ({str(err).splitlines()[0]})"
+        ) from None
+    return model.to(map_location).eval(), tokenizer

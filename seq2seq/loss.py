@@ -1,0 +1,64 @@
+"""The training loss: label-smoothed cross-entropy over the real target tokens of a batch.
+
+    loss = sum_t (1 - eps) * -log p(y_t) + eps * mean_v(-log p(v))          (Szegedy et al., 2016)
+
+The NLL (eps = 0) comes out of the same pass: it is what perplexity reports.
+"""
+
+import torch
+from torch import Tensor
+
+from seq2seq.interface import Seq2Seq
+
+
+def smoothed_nll(logits: Tensor, target: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
+    """Label-smoothed cross-entropy and plain NLL, both summed. logits (N, V), target (N,).
+
+    One log-softmax serves both: the loss to optimise and the NLL behind perplexity.
+    """
+    return SmoothedCrossEntropy.apply(logits, target, smoothing)
+
+
+class SmoothedCrossEntropy(torch.autograd.Function):
+    """`smoothed_nll` with a hand-written backward: one (N, V) buffer instead of autograd's chain.
+
+    Autograd would differentiate the mean, the gather and the log-softmax one after the other, each with
+    its own (N, V) tensor: with N of 2,000 tokens and V of 8,000 that is 64 MB apiece. The gradient in
+    closed form is softmax(logits) - q, with q the smoothed target distribution.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, target: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
+        # At least fp32: bf16 logits (autocast) are widened; float64 (gradcheck) stays as it is.
+        log_probs = logits.to(torch.promote_types(logits.dtype, torch.float32)).log_softmax(-1)
+        nll = -log_probs.gather(1, target.unsqueeze(1)).squeeze(1)  # (N,)
+        uniform = -log_probs.mean(-1)  # (N,) cross-entropy against the uniform distribution
+        loss = (1.0 - smoothing) * nll + smoothing * uniform  # (N,)
+        ctx.save_for_backward(log_probs, target)
+        ctx.smoothing, ctx.logits_dtype = smoothing, logits.dtype
+        return loss.sum(), nll.sum()
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, grad_nll: Tensor) -> tuple[Tensor, None, None]:
+        log_probs, target = ctx.saved_tensors
+        eps, vocab = ctx.smoothing, log_probs.size(-1)
+        # d loss / d logits = p - (1 - eps) onehot - eps / V;  d nll / d logits = p - onehot.
+        grad = log_probs.exp().mul_(grad_loss + grad_nll).sub_(grad_loss * (eps / vocab))  # (N, V)
+        rows = torch.arange(len(target), device=target.device)  # (N,)
+        grad[rows, target] -= grad_loss * (1.0 - eps) + grad_nll
+        return grad.to(ctx.logits_dtype), None, None
+
+
+def batch_loss(
+    model: Seq2Seq, batch: dict[str, Tensor], label_smoothing: float
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Teacher-forced loss of a batch: smoothed loss sum, NLL sum, real token count, attention weights.
+
+    The output layer runs once, on the real target positions only: padding costs no V-sized work.
+    """
+    state = model.encode(batch["src"], batch["src_lens"], batch["src_mask"])
+    features, weights = model.decode(state, batch["tgt_in"])  # (B, T, O), (B, T, [N,] S)
+    mask = batch["tgt_mask"]  # (B, T)
+    logits = model.generator(features[mask])  # (N_tok, V)
+    loss_sum, nll_sum = smoothed_nll(logits, batch["tgt_out"][mask], label_smoothing)
+    return loss_sum, nll_sum, mask.sum(), weights
