@@ -134,10 +134,8 @@ def merge_to_words(
     tgt_member = _membership(tgt_word_of_piece, weights)  # (T_words, T)
     if reduce == "mean":
         tgt_member = tgt_member / tgt_member.sum(1, keepdim=True).clamp(min=1)
-    if weights.dim() == 2:
-        words = tgt_member @ weights @ src_member.T  # (T_words, S_words)
-    else:
-        words = torch.einsum("wt,tns,vs->wnv", tgt_member, weights, src_member)  # (T_w, N, S_w)
+    # (T_words, S_words), or (T_words, N, S_words) with heads
+    words = torch.einsum("wt,t...s,vs->w...v", tgt_member, weights, src_member)
     if renormalize:
         total = words.sum(-1, keepdim=True)
         words = torch.where(total > 0, words / total.clamp(min=torch.finfo(words.dtype).tiny), 0)

@@ -1,0 +1,169 @@
+"""Word alignments: pieces to words, EOS dropped, hard links, Pharaoh files, AER by hand."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from seq2seq.alignment import (
+    alignment_error_rate,
+    format_pharaoh,
+    hard_links,
+    merge_to_words,
+    read_pharaoh,
+    word_spans,
+)
+from seq2seq.errors import UserError
+from seq2seq.tokenizer import Tokenizer
+
+SRC = ["▁Ein", "▁klein", "er", "▁Hund", "</s>"]  # words: Ein kleiner Hund
+TGT = ["▁A", "▁small", "▁do", "g", "</s>"]  # words: A small dog
+WEIGHTS = torch.tensor(  # (T, S); rows sum to 1, EOS column last
+    [
+        [0.6, 0.1, 0.1, 0.0, 0.2],  # ▁A
+        [0.0, 0.3, 0.4, 0.1, 0.2],  # ▁small
+        [0.1, 0.0, 0.0, 0.5, 0.4],  # ▁do
+        [0.0, 0.1, 0.1, 0.7, 0.1],  # g
+        [0.0, 0.0, 0.0, 0.1, 0.9],  # </s>
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("pieces", "words"),
+    [
+        (SRC, [0, 1, 1, 2, -1]),
+        (["Ein", "▁klein", "er"], [0, 1, 1]),  # no marker on the first piece: still word 0
+        (["▁Ein", "▁", "(", "klein", "▁", "<unk>", "</s>"], [0, 1, 1, 1, 2, 2, -1]),
+        (["▁", "▁Hund", "▁"], [0, 0, 0]),  # marker-only pieces join the next (or last) word
+        (["<s>", "▁Ein", "▁Hund", "</s>"], [-1, 0, 1, -1]),
+        (["▁", "</s>"], [-1, -1]),  # no text, no word
+        ([], []),
+    ],
+)
+def test_word_spans(pieces: list[str], words: list[int]) -> None:
+    assert word_spans(pieces) == words
+
+
+def test_word_spans_match_whitespace_words_of_real_pieces(tiny_tokenizer: Tokenizer) -> None:
+    for text in ["Ein kleiner Hund läuft .", "  Zwei  (rote) Bälle€ im Park ", "x"]:
+        pieces = tiny_tokenizer.pieces(tiny_tokenizer.encode(text)) + ["</s>"]
+        spans = word_spans(pieces)
+        n = max(spans) + 1
+        assert n == len(text.split())
+        assert spans == sorted(spans[:-1]) + [-1]  # words come in order, EOS last
+        if "<unk>" not in pieces:
+            words = [[p for p, w in zip(pieces, spans, strict=True) if w == i] for i in range(n)]
+            assert ["".join(w).replace("▁", "") for w in words] == text.split()
+
+
+def test_merge_sums_source_pieces_averages_target_pieces_and_drops_eos() -> None:
+    words = merge_to_words(WEIGHTS, word_spans(SRC), word_spans(TGT))
+    expected = torch.tensor(  # columns: Ein, klein+er, Hund; EOS column and row gone
+        [
+            [0.6, 0.2, 0.0],  # A
+            [0.0, 0.7, 0.1],  # small
+            [0.05, 0.1, 0.6],  # (do + g) / 2 = ([0.1, 0, 0.5] + [0, 0.2, 0.7]) / 2
+        ]
+    )
+    torch.testing.assert_close(words, expected)
+    summed = merge_to_words(WEIGHTS, word_spans(SRC), word_spans(TGT), reduce="sum")
+    torch.testing.assert_close(summed[2], torch.tensor([0.1, 0.2, 1.2]))
+    renormed = merge_to_words(WEIGHTS, word_spans(SRC), word_spans(TGT), renormalize=True)
+    torch.testing.assert_close(renormed[0], torch.tensor([0.75, 0.25, 0.0]))  # / (1 - 0.2)
+    torch.testing.assert_close(renormed.sum(-1), torch.ones(3))
+
+
+def test_merge_keeps_heads_and_zero_rows_stay_zero_when_renormalized() -> None:
+    per_head = torch.stack([WEIGHTS, WEIGHTS.flip(-1)], dim=1)  # (T, N=2, S)
+    words = merge_to_words(per_head, word_spans(SRC), word_spans(TGT))
+    assert words.shape == (3, 2, 3)
+    for head in range(2):
+        alone = merge_to_words(per_head[:, head], word_spans(SRC), word_spans(TGT))
+        torch.testing.assert_close(words[:, head], alone)
+    only_eos = torch.zeros(2, 3)  # (T, S): all mass on the EOS column
+    only_eos[:, -1] = 1
+    merged = merge_to_words(only_eos, [0, 1, -1], [0, -1], renormalize=True)
+    assert merged.tolist() == [[0.0, 0.0]]
+
+
+def test_merge_rejects_mismatched_word_indices() -> None:
+    with pytest.raises(ValueError, match="do not match"):
+        merge_to_words(WEIGHTS, word_spans(SRC)[:-1], word_spans(TGT))
+
+
+MATRIX = torch.tensor(  # (T_words, S_words)
+    [
+        [0.6, 0.3, 0.1],
+        [0.5, 0.2, 0.3],
+        [0.0, 0.1, 0.9],
+        [0.0, 0.0, 0.0],  # a target word whose attention was all on EOS
+    ]
+)
+
+
+def test_hard_links_in_each_direction() -> None:
+    # rows' argmax: t0->s0, t1->s0, t2->s2, t3 none; columns' argmax: s0->t0, s1->t0, s2->t2
+    assert hard_links(MATRIX, "tgt2src") == [(0, 0), (0, 1), (2, 2)]
+    assert hard_links(MATRIX, "src2tgt") == [(0, 0), (1, 0), (2, 2)]
+    assert hard_links(MATRIX, "intersect") == [(0, 0), (2, 2)]
+    assert hard_links(torch.zeros(0, 3)) == []
+
+
+def test_hard_links_average_heads_first() -> None:
+    heads = torch.stack([MATRIX, MATRIX.roll(1, dims=-1)], dim=1)  # (T, N=2, S)
+    for direction in ("tgt2src", "src2tgt", "intersect"):
+        assert hard_links(heads, direction) == hard_links(heads.mean(1), direction)
+    assert hard_links(heads) != hard_links(MATRIX)  # the second head does change the answer
+
+
+def test_pharaoh_round_trip(tmp_path: Path) -> None:
+    sentences = [[(2, 1), (0, 0), (2, 1), (1, 3)], [], [(10, 0)]]
+    lines = [format_pharaoh(links) for links in sentences]
+    assert lines == ["0-0 1-3 2-1", "", "10-0"]  # sorted, each link once, source first
+    path = tmp_path / "hyp.align"
+    path.write_text("".join(line + "\n" for line in lines), "utf-8")
+    gold = read_pharaoh(path)
+    assert [sure for sure, _ in gold] == [set(links) for links in sentences]
+    assert [possible for _, possible in gold] == [set(links) for links in sentences]
+
+
+@pytest.mark.parametrize("token", ["2x3", "1-", "-1-2", "a-b", "1-2-3", "1P2"])
+def test_malformed_gold_line_names_file_and_line(tmp_path: Path, token: str) -> None:
+    path = tmp_path / "gold.align"
+    path.write_text(f"0-0\n\n1-1 {token}\n", "utf-8")
+    with pytest.raises(UserError, match=rf"gold\.align line 3: .*{token!r}"):
+        read_pharaoh(path)
+
+
+def test_aer_by_hand(tmp_path: Path) -> None:
+    gold_file = tmp_path / "gold.align"
+    gold_file.write_text("0-0 1p1 1-2\n\n0-1 1p0 2p2\n", "utf-8")
+    gold = read_pharaoh(gold_file)
+    assert gold[0] == ({(0, 0), (1, 2)}, {(0, 0), (1, 1), (1, 2)})  # sure links are possible too
+    assert gold[1] == (set(), set())
+    hyps = [{(0, 0), (1, 1), (2, 2)}, set(), {(0, 1), (2, 2)}]
+    # sentence 1: A∩S = {0-0} -> 1, A∩P = {0-0, 1-1} -> 2, |A| = 3, |S| = 2
+    # sentence 2: nothing
+    # sentence 3: A∩S = {0-1} -> 1, A∩P = {0-1, 2-2} -> 2, |A| = 2, |S| = 1
+    # totals: |A| = 5, |S| = 3, |A∩S| = 2, |A∩P| = 4
+    # precision = 4/5 = 0.8, recall = 2/3, AER = 1 - (2 + 4) / (5 + 3) = 1 - 6/8 = 0.25
+    score = alignment_error_rate(hyps, gold)
+    assert (score.hyp_links, score.sure_links, score.sure_hits, score.possible_hits) == (5, 3, 2, 4)
+    assert score.precision == pytest.approx(0.8)
+    assert score.recall == pytest.approx(2 / 3)
+    assert score.aer == pytest.approx(0.25)
+    assert alignment_error_rate([sorted(h) for h in hyps], gold) == score  # lists work as sets
+    perfect = alignment_error_rate([sure for sure, _ in gold], gold)
+    assert (perfect.precision, perfect.recall, perfect.aer) == (1.0, 1.0, 0.0)
+
+
+def test_aer_zero_denominators_and_length_mismatch() -> None:
+    empty = alignment_error_rate([set(), set()], [(set(), set()), (set(), set())])
+    assert (empty.precision, empty.recall, empty.aer) == (1.0, 1.0, 0.0)
+    silent = alignment_error_rate([set()], [({(0, 0)}, {(0, 0)})])  # nothing proposed
+    assert (silent.recall, silent.aer) == (0.0, 1.0)
+    only_possible = alignment_error_rate([{(0, 0), (1, 1)}], [(set(), {(0, 0)})])  # no sure links
+    assert (only_possible.precision, only_possible.aer) == (0.5, 0.5)
+    with pytest.raises(UserError, match="2 hypothesis sentences but 1 gold"):
+        alignment_error_rate([set(), set()], [(set(), set())])
