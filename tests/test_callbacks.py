@@ -8,14 +8,14 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from seq2seq.batching import collate
 from seq2seq.callbacks import (
     AttentionHeatmaps,
     cpu_copy,
     probe_alignments,
     teacher_forced_alignments,
 )
-from seq2seq.data import collate
-from seq2seq.models import Seq2Seq
+from seq2seq.interface import Seq2Seq
 from seq2seq.rnn import RNNSeq2Seq
 from seq2seq.tokenizer import Tokenizer
 from tests.conftest import load_script, tiny_train_args

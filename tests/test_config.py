@@ -2,7 +2,7 @@ import dataclasses
 
 import pytest
 
-from seq2seq.config import TrainConfig, build_parser, config_from_dict, parse_args
+from seq2seq.config import TrainConfig, build_parser, decoding_parser, parse_args, search_config
 from seq2seq.errors import UserError
 
 
@@ -19,9 +19,9 @@ def test_epochs_default_per_model_unless_given(tmp_path) -> None:
     path = tmp_path / "run.yaml"
     path.write_text("model: transformer\n")
     assert parse_args(["--config", str(path)]).max_epochs == 25
-    # A saved config holds the resolved number, so a checkpoint rebuilds the same run.
+    # hparams.yaml holds the resolved number, so it rebuilds the same run.
     saved = dataclasses.asdict(parse_args(["--model", "transformer"]))
-    assert config_from_dict(saved, "hparams").max_epochs == 25
+    assert TrainConfig(**saved).max_epochs == 25
 
 
 def test_every_field_has_a_flag_with_its_default_in_help() -> None:
@@ -88,7 +88,13 @@ def test_resume_takes_an_optional_path() -> None:
     assert parse_args([]).resume is None
 
 
-def test_saved_config_from_another_version_is_refused() -> None:
-    values = dataclasses.asdict(TrainConfig()) | {"future_knob": 1}
-    with pytest.raises(UserError, match="another version.*future_knob"):
-        config_from_dict(values, "x.ckpt")
+def test_decoding_flags_come_from_search_config_and_errors_name_the_flag() -> None:
+    parser = decoding_parser("test")
+    search = search_config(parser.parse_args(["--beam", "4", "--length-penalty", "0.6"]))
+    assert (search.beam, search.length_penalty, search.nbest) == (4, 0.6, 1)
+    assert "(default: 1.5)" in parser.format_help()  # --max-len-ratio, from SearchConfig's default
+    for argv, flag in ((["--beam", "0"], "--beam"), (["--max-len-ratio", "0"], "--max-len-ratio"),
+                       (["--beam", "2", "--nbest", "3"], "--nbest"), (["--batch-size", "0"],
+                       "--batch-size")):  # fmt: skip
+        with pytest.raises(UserError, match=f"^{flag} "):
+            search_config(parser.parse_args(argv))

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from seq2seq.config import TrainConfig
 from seq2seq.system import TranslationSystem
 from tests.conftest import load_script, tiny_train_args, write_corpus
 
@@ -138,9 +139,8 @@ def test_dropped_pairs_are_counted_in_the_log(
             file.write("\n" + " ".join(["hund"] * 80) + "\n")  # one empty pair, one too long
     said: list[str] = []
     monkeypatch.setattr(seq2seq.data, "rank_zero_info", said.append)
-    dm = TranslationDataModule(
-        data_dir=str(corpus), vocab_size=60, max_len=50, cache_dir=str(tmp_path / "cache")
-    )
+    cfg = TrainConfig(data_dir=str(corpus), vocab_size=60, max_len=50, cache_dir=str(tmp_path / "c"))
+    dm = TranslationDataModule(cfg)
     dm.prepare_data()
     dm.setup("fit")
     assert "dropped: train/empty 1, train/too_long 1 (too_long = over --max-len 50" in said[0]

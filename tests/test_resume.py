@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import seq2seq.checkpointing as checkpointing
-from seq2seq.checkpointing import atomic_save, remove_stale_temporaries
+import seq2seq.checkpoint as checkpoint_io
+import seq2seq.runs as runs
+from seq2seq.checkpoint import atomic_save
+from seq2seq.runs import remove_stale_temporaries
 from seq2seq.system import TranslationSystem
 from tests.conftest import load_script, tiny_train_args
 
@@ -186,17 +188,17 @@ def test_resume_path_inside_a_run_continues_that_version_folder(tmp_path: Path) 
     ckpt = tmp_path / "runs" / "rnn-dot" / "version_3" / "checkpoints" / "best-40.ckpt"
     ckpt.parent.mkdir(parents=True)
     ckpt.write_bytes(b"")
-    folder, path = checkpointing.resume_plan("elsewhere", "rnn-additive", str(ckpt))
+    folder, path = runs.resume_plan("elsewhere", "rnn-additive", str(ckpt))
     assert (folder.save_dir, folder.name, folder.version, path) == (
         str(tmp_path / "runs"), "rnn-dot", 3, ckpt
     )  # fmt: skip
     (tmp_path / "runs" / "rnn-dot" / "version_10" / "checkpoints").mkdir(parents=True)
     (tmp_path / "runs" / "rnn-dot" / "version_10" / "checkpoints" / "last.ckpt").write_bytes(b"")
     (tmp_path / "runs" / "rnn-dot" / "version_11").mkdir()  # started, no checkpoint yet
-    folder, path = checkpointing.resume_plan(str(tmp_path / "runs"), "rnn-dot", "latest")
+    folder, path = runs.resume_plan(str(tmp_path / "runs"), "rnn-dot", "latest")
     assert folder.version == 10 and path.parent.parent.name == "version_10"
     shutil.copy(ckpt, tmp_path / "loose.ckpt")
-    folder, _ = checkpointing.resume_plan("runs", "rnn-dot", str(tmp_path / "loose.ckpt"))
+    folder, _ = runs.resume_plan("runs", "rnn-dot", str(tmp_path / "loose.ckpt"))
     assert folder.version is None and folder.save_dir == "runs"  # a new version of this run
 
 
@@ -212,7 +214,7 @@ def test_atomic_save_survives_a_crash_mid_write(
         file.truncate(100)  # half a file reached the disk, then the process died
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(checkpointing.torch, "save", torn_save)
+    monkeypatch.setattr(checkpoint_io.torch, "save", torn_save)
     with pytest.raises(OSError):
         atomic_save({"step": torch.tensor(2)}, path)
     assert load(path)["step"] == 1  # the previous checkpoint, intact

@@ -5,14 +5,15 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.attention import lengths_to_mask
-from seq2seq.models import State
+from seq2seq.errors import UserError
+from seq2seq.interface import State
 from seq2seq.rnn import RNNSeq2Seq
 from seq2seq.search import (
+    SearchConfig,
     beam_search,
     gnmt_penalty,
     greedy_search,
     translate_batch,
-    translate_batches,
 )
 from seq2seq.tokenizer import BOS, EOS
 
@@ -50,7 +51,7 @@ def rescore(model: RNNSeq2Seq, src: Tensor, lens: Tensor, mask: Tensor, ids: lis
 def test_beam_one_equals_greedy(seed: int) -> None:
     model, (src, lens, mask) = tiny_model(seed), tiny_batch([7, 5, 3, 1, 6, 2], seed + 100)
     greedy = greedy_search(model, src, lens, mask)
-    beam = beam_search(model, src, lens, mask, beam=1, length_penalty=1.0)
+    beam = beam_search(model, src, lens, mask, SearchConfig(beam=1, length_penalty=1.0))
     assert beam.tokens == greedy.tokens
     torch.testing.assert_close(beam.scores, greedy.scores)
     for b, g in zip(beam.weights, greedy.weights, strict=True):
@@ -60,7 +61,7 @@ def test_beam_one_equals_greedy(seed: int) -> None:
 @pytest.mark.parametrize("alpha", [0.0, 1.0])
 def test_nbest_sorted_and_scores_are_the_models(alpha: float) -> None:
     model, (src, lens, mask) = tiny_model(), tiny_batch([7, 5, 3, 1, 6, 2])
-    hyps = beam_search(model, src, lens, mask, beam=4, length_penalty=alpha, nbest=3)
+    hyps = beam_search(model, src, lens, mask, SearchConfig(beam=4, length_penalty=alpha, nbest=3))
     for b, nbest in enumerate(hyps.nbest):
         assert len(nbest.tokens) == 3
         assert (nbest.normalized[:-1] >= nbest.normalized[1:]).all()  # best first
@@ -83,7 +84,7 @@ def test_beam_is_not_worse_than_greedy_under_the_model() -> None:
     for seed in range(2, 6):
         model, (src, lens, mask) = tiny_model(seed), tiny_batch([7, 5, 3, 1, 6, 2], seed + 100)
         greedy = greedy_search(model, src, lens, mask)
-        beam = beam_search(model, src, lens, mask, beam=5, length_penalty=0.0)
+        beam = beam_search(model, src, lens, mask, SearchConfig(beam=5, length_penalty=0.0))
         better += (beam.scores >= greedy.scores - 1e-4).tolist()
         total_beam += float(beam.scores.sum())
         total_greedy += float(greedy.scores.sum())
@@ -95,7 +96,7 @@ def test_beam_is_not_worse_than_greedy_under_the_model() -> None:
 def test_sentence_decodes_the_same_alone_and_in_a_padded_batch(beam: int) -> None:
     model, (src, lens, mask) = tiny_model(), tiny_batch([7, 5, 3, 1, 6, 2])
     batch = {"src": src, "src_lens": lens, "src_mask": mask}
-    together = translate_batch(model, batch, beam=beam)
+    together = translate_batch(model, batch, SearchConfig(beam=beam))
     for b in range(len(lens)):
         n = int(lens[b])
         alone = translate_batch(
@@ -105,7 +106,7 @@ def test_sentence_decodes_the_same_alone_and_in_a_padded_batch(beam: int) -> Non
                 "src_lens": lens[b : b + 1],
                 "src_mask": mask[b : b + 1, :n],
             },
-            beam=beam,
+            SearchConfig(beam=beam),
         )
         assert alone.tokens[0] == together.tokens[b]
         torch.testing.assert_close(alone.scores[0], together.scores[b], atol=1e-4, rtol=1e-4)
@@ -132,7 +133,7 @@ def test_a_model_forced_to_emit_eos_stops_at_once(beam: int) -> None:
     torch.manual_seed(0)
     model = EOSModel(V, emb_size=8, hidden_size=12, dropout=0.0).eval()
     src, lens, mask = tiny_batch([4, 2])
-    hyps = translate_batch(model, {"src": src, "src_lens": lens, "src_mask": mask}, beam=beam)
+    hyps = translate_batch(model, {"src": src, "src_lens": lens, "src_mask": mask}, SearchConfig(beam=beam))
     assert hyps.tokens == [[], []]
     assert [w.shape for w in hyps.weights] == [(1, 4), (1, 2)]
     assert model.steps <= (1 if beam > 1 else 4)  # greedy checks for the end every 4 steps
@@ -140,8 +141,8 @@ def test_a_model_forced_to_emit_eos_stops_at_once(beam: int) -> None:
 
 def test_nbest_must_fit_in_the_beam() -> None:
     model, (src, lens, mask) = tiny_model(), tiny_batch([3])
-    with pytest.raises(ValueError, match="nbest"):
-        beam_search(model, src, lens, mask, beam=2, nbest=3)
+    with pytest.raises(UserError, match="nbest"):
+        beam_search(model, src, lens, mask, SearchConfig(beam=2, nbest=3))
 
 
 class TwoHeadModel(RNNSeq2Seq):
@@ -160,21 +161,7 @@ def test_weights_cover_each_output_token_and_sum_to_one(beam: int, heads: bool) 
         V, emb_size=8, hidden_size=12, dropout=0.0
     ).eval()
     src, lens, mask = tiny_batch([7, 5, 3, 1])
-    hyps = translate_batch(model, {"src": src, "src_lens": lens, "src_mask": mask}, beam=beam)
+    hyps = translate_batch(model, {"src": src, "src_lens": lens, "src_mask": mask}, SearchConfig(beam=beam))
     for ids, weights, n in zip(hyps.tokens, hyps.weights, lens.tolist(), strict=True):
         assert weights.shape == ((len(ids) + 1, 2, n) if heads else (len(ids) + 1, n))
         torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
-
-
-def test_translate_batches_returns_sentences_in_index_order() -> None:
-    model, (src, lens, mask) = tiny_model(), tiny_batch([7, 5, 3, 1, 6, 2])
-    whole = translate_batch(model, {"src": src, "src_lens": lens, "src_mask": mask}, beam=2)
-    parts = [[4, 0, 2], [5, 1, 3]]  # two batches, shuffled positions
-    batches = [
-        {"src": src[p], "src_lens": lens[p], "src_mask": mask[p], "index": torch.tensor(p)}
-        for p in parts
-    ]
-    ordered = translate_batches(model, batches, beam=2)
-    assert ordered.tokens == whole.tokens
-    torch.testing.assert_close(ordered.scores, whole.scores, atol=1e-4, rtol=1e-4)
-    assert len(ordered.nbest) == 6 and ordered.normalized.shape == (6,)

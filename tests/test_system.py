@@ -5,9 +5,10 @@ import torch
 import torch.nn.functional as F
 
 from seq2seq.attention import lengths_to_mask
+from seq2seq.loss import batch_loss, smoothed_nll
 from seq2seq.rnn import RNNSeq2Seq
 from seq2seq.search import greedy_search
-from seq2seq.system import batch_loss, lr_factor, smoothed_nll
+from seq2seq.system import lr_factor
 from seq2seq.tokenizer import BOS, EOS
 
 

@@ -4,7 +4,8 @@ import torch.nn.functional as F
 
 from seq2seq.attention import lengths_to_mask
 from seq2seq.config import TrainConfig
-from seq2seq.models import build_model, reorder_state
+from seq2seq.interface import reorder_state
+from seq2seq.models import build_model, model_args_from
 from seq2seq.transformer import TransformerSeq2Seq
 
 V, H, N = 30, 16, 4
@@ -104,12 +105,20 @@ def test_tied_embeddings_share_one_matrix() -> None:
     assert sum(p.numel() for p in untied.parameters()) == n_tied + 2 * V * H
 
 
-def test_build_model_reads_the_config() -> None:
+def test_build_model_reads_the_config_and_keeps_only_model_arguments() -> None:
     cfg = TrainConfig(model="transformer", d_model=H, heads=2, layers=1, ff_size=24, post_ln=True)
-    model = build_model(cfg, vocab_size=V)
+    args = model_args_from(cfg, vocab_size=V)
+    model = build_model(args)
     assert isinstance(model, TransformerSeq2Seq)
     assert len(model.encoder) == len(model.decoder) == 1 and model.heads == 2
     assert model.decoder[0].ff[0].out_features == 24 and model.decoder[0].post_ln
+    assert model.model_args == args and args["vocab_size"] == V
+    # Run control (log folder, devices, steps) is not the model's: it stays out of model_args.
+    assert not {"log_dir", "devices", "max_steps", "lr", "score"} & args.keys()
+    # The same arguments rebuild a model of the same parameter shapes.
+    rebuilt = build_model(args)
+    shapes = {k: v.shape for k, v in model.state_dict().items()}
+    assert {k: v.shape for k, v in rebuilt.state_dict().items()} == shapes
 
 
 def test_overfits_a_reverse_task() -> None:
