@@ -19,10 +19,9 @@ caller keeps and passes back in, so nothing is hidden on the module and beam sea
 Masks are boolean with True = attend. Dimension letters (the table in seq2seq.interface): B batch,
 S source length, H query and key size (additive attention allows the two to differ), A attention size.
 
-`MultiHeadAttention` (the Transformer's) follows the same split: `project_kv` projects keys and values
-once (cross-attention: once per sentence; self-attention: one new step at a time, appended to a cache the
-caller keeps), and `attend_kv` attends to them. There T is the query length, H the model width, N the
-number of heads and D = H / N the head size.
+`MultiHeadAttention` (the Transformer's) splits the same way: `project_kv` projects keys and values once
+(cross-attention: once per sentence; self-attention: one step at a time, appended to the caller's cache),
+`attend_kv` attends to them. There T is the query length, N the heads and D = H / N the head size.
 """
 
 import math
@@ -210,10 +209,6 @@ class MultiHeadAttention(nn.Module):
     the alignments we log; dropout only touches the copy that reads the values). Both paths agree, and give
     zeros (before W_o) for a query with no key to attend to. Given the same parameters, the output and
     per-head weights equal `torch.nn.MultiheadAttention`'s.
-
-    `q_proj`, `k_proj` and `v_proj` run as three matmuls even when their input is one tensor: one merged
-    matmul (weights concatenated at call time) measured no faster on CPU for a 2,048-token batch, and
-    slower for a decoding step's few rows, where copying the weights costs more than it saves.
     """
 
     def __init__(
@@ -298,9 +293,8 @@ class MultiHeadAttention(nn.Module):
             is_causal = causal and T > 1
             context = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=is_causal)
         else:
-            # A query with no key gets a zero context here too: recent torch zeroes such rows (its math
-            # reference uses a "safe" softmax; older releases gave NaN). Guarding it ourselves cost +25%
-            # on the CPU kernel, so tests/test_mha.py checks torch's behaviour instead.
+            # A query with no key gets a zero context: torch >= 2.5 zeroes such rows (older gave NaN);
+            # guarding it here cost +25% on CPU, so tests/test_mha.py checks torch's behaviour instead.
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         output = context.transpose(1, 2).reshape(B, T, N * D)  # (B, T, H)
         return self.out_proj(output), weights

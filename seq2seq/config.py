@@ -125,25 +125,9 @@ class TrainConfig:
         return "transformer" if self.model == "transformer" else f"rnn-{self.score}"
 
 
-POSITIVE = (
-    "emb_size",
-    "hidden_size",
-    "enc_layers",
-    "d_model",
-    "heads",
-    "layers",
-    "ff_size",
-    "vocab_size",
-    "max_len",
-    "batch_tokens",
-    "max_epochs",
-    "val_beam",
-    "keep_best",
-    "heatmap_sentences",
-    "accumulate_grad_batches",
-    "num_nodes",
-    "spm_sample",
-)
+POSITIVE = ("emb_size", "hidden_size", "enc_layers", "d_model", "heads", "layers", "ff_size",
+            "vocab_size", "max_len", "batch_tokens", "max_epochs", "val_beam", "keep_best",
+            "heatmap_sentences", "accumulate_grad_batches", "num_nodes", "spm_sample")  # fmt: skip
 
 
 def validate(cfg: TrainConfig) -> TrainConfig:
