@@ -25,14 +25,23 @@ PROBE_MAX_LEN = 30  # subwords; longer probes make unreadable tick labels
 
 
 class TokensPerSecond(L.Callback):
-    """Logs `train/tokens_per_sec`: real target tokens per second of training, over each logging window.
+    """Logs `train/tokens_per_sec`: real target tokens per second of the whole job (all ranks), over
+    each logging window.
 
-    Token counts accumulate on the device and are read once per window, so there is no host sync per step.
+    Each rank adds its token counts up on its device, without a host sync per step. Every
+    `log_every_n_steps` updates, one all-reduce sums the window's counts over the ranks (every rank
+    reaches it after the same update, so none waits in a collective alone) and one read brings the
+    sum to the host; it is divided by the wall-clock time of the window, which DDP's gradient
+    all-reduce keeps the same on every rank.
     """
 
     def __init__(self) -> None:
-        self._tokens: torch.Tensor | None = None
+        self._tokens: Tensor | None = None  # () long on the device; None: no window open
         self._start = 0.0
+        self._step = 0  # global_step at the last batch end: an update happened when it changes
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._step = trainer.global_step  # a resumed run starts at its checkpoint's step
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
@@ -50,10 +59,17 @@ class TokensPerSecond(L.Callback):
         batch_idx: int,
     ) -> None:
         self._tokens += batch["tgt_mask"].sum()
-        if trainer.global_step % trainer.log_every_n_steps == 0:
-            elapsed = time.perf_counter() - self._start
-            pl_module.log("train/tokens_per_sec", float(self._tokens) / max(elapsed, 1e-9))
-            self._tokens = None
+        # Log after an update only, not after each of the batches it accumulates.
+        stepped, self._step = trainer.global_step != self._step, trainer.global_step
+        if not stepped or trainer.global_step % trainer.log_every_n_steps:
+            return
+        tokens = self._tokens
+        if trainer.world_size > 1:
+            torch.distributed.all_reduce(tokens)
+        count = int(tokens)  # the one host sync of the window, before the clock is read
+        elapsed = time.perf_counter() - self._start
+        pl_module.log("train/tokens_per_sec", count / max(elapsed, 1e-9))
+        self._tokens = None  # the next window opens at the next batch
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._tokens = None  # validation time is not training time: start a new window after it

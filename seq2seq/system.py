@@ -1,9 +1,11 @@
 """TranslationSystem: the LightningModule that trains a translation model it is handed.
 
 The model is a plain `nn.Module` (seq2seq.models); this class adds what training needs: the
-label-smoothed loss (seq2seq.loss), validation loss, perplexity and BLEU from the same search code that
-evaluation uses, Adam with warm-up and cosine or inverse-sqrt decay, gradient clipping, and a checkpoint
-that carries the model's arguments and its tokenizer (seq2seq.checkpoint).
+label-smoothed loss (seq2seq.loss) per real target token of each update, however its tokens are
+split over accumulated batches and ranks (`on_before_optimizer_step`); validation loss,
+perplexity and BLEU from the same search code that evaluation uses; Adam with warm-up and cosine
+or inverse-sqrt decay, gradient clipping, and a checkpoint that carries the model's arguments and
+its tokenizer (seq2seq.checkpoint).
 """
 
 import functools
@@ -69,6 +71,7 @@ class TranslationSystem(L.LightningModule):
         self.val_search = SearchConfig(beam=val_beam)
         self._val_outputs: list[tuple[int, str]] = []
         self._val_sums = torch.zeros(3)  # nll sum, token count, entropy sum over batches
+        self._update_sums: Tensor | None = None  # (3,) loss sum, NLL sum, tokens of this update
 
     def forward(self, batch: dict[str, Tensor]) -> list[str]:
         """Inference: translations of a batch (beam `val_beam`), detokenized, in batch order."""
@@ -79,12 +82,42 @@ class TranslationSystem(L.LightningModule):
         return batch_loss(self.model, batch, self.hparams.label_smoothing)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        """The batch's loss SUM; `on_before_optimizer_step` divides the update by its tokens."""
         loss_sum, nll_sum, tokens, _ = self._shared_step(batch)
-        loss = loss_sum / tokens
-        self.log("train/loss", loss, prog_bar=True)
-        self.log("train/ppl", torch.exp((nll_sum / tokens).detach().clamp(max=50)))
+        sums = torch.stack([loss_sum.detach(), nll_sum.detach(), tokens.to(loss_sum.dtype)])
+        # On the device, added up without a host sync; read once per update.
+        self._update_sums = sums if self._update_sums is None else self._update_sums + sums  # (3,)
         self.log("lr", self.lr_schedulers().get_last_lr()[0])
-        return loss
+        return loss_sum
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Make the gradient d(loss sum)/d(theta) / (real target tokens of the whole update).
+
+        Lightning divided each micro-batch's returned loss sum by `accumulate_grad_batches` (A) and
+        DDP averaged the gradients over the W ranks, so the gradient here is the sum over every
+        micro-batch of every rank, divided by A * W. One all-reduce of (loss sum, NLL sum, tokens)
+        gives the update's token count; scaling the gradients by A * W / tokens leaves the gradient
+        of the mean loss per real target token, however the tokens were split into micro-batches and
+        ranks (a batch of few tokens weighs what its tokens weigh, no more). It holds for an epoch's
+        last, shorter window too: Lightning divides by A there as well. The same all-reduce makes
+        `train/loss` and `train/ppl` those of the whole update on every rank. This hook runs after
+        the callbacks' (a finite positive factor changes no non-finite verdict) and before
+        `configure_gradient_clipping`, which so clips and logs the final gradient. Under fp16 the
+        grad scaler sees sums, not means, so early on it halves its scale (skipping one step per
+        halving) until it is smaller by about a batch's token count.
+        """
+        sums, self._update_sums = self._update_sums, None
+        if sums is None:
+            return
+        if self.trainer.world_size > 1:  # asynchronous on an accelerator: no host sync either
+            torch.distributed.all_reduce(sums)
+        loss_sum, nll_sum, tokens = sums.unbind()  # tokens >= 1: every target has its EOS
+        factor = self.trainer.accumulate_grad_batches * self.trainer.world_size / tokens
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if grads:
+            torch._foreach_mul_(grads, factor)  # one fused kernel per device and dtype
+        self.log("train/loss", loss_sum / tokens, prog_bar=True)
+        self.log("train/ppl", torch.exp((nll_sum / tokens).clamp(max=50)))
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         _, nll_sum, tokens, weights = self._shared_step(batch)
@@ -94,6 +127,9 @@ class TranslationSystem(L.LightningModule):
         hyps = translate_batch(self.model, batch, self.val_search)
         for index, ids in zip(batch["index"].tolist(), hyps.tokens, strict=True):
             self._val_outputs.append((index, self.tokenizer.decode(ids)))
+
+    def on_train_start(self) -> None:
+        self._update_sums = None  # nothing left over from an interrupted window of an earlier fit
 
     def on_validation_epoch_start(self) -> None:
         self._val_outputs = []
