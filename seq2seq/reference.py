@@ -1,6 +1,6 @@
 """The textbook path of the Bahdanau translator: the same model and weights, none of the fast paths.
 
-`scripts/benchmark.py` times it beside `seq2seq.system.batch_loss`, and tests/test_benchmark.py holds
+`scripts/benchmark.py` times it beside `seq2seq.loss.batch_loss`, and tests/test_benchmark.py holds
 the two equal in loss and gradients. What it does the slow way, on purpose:
 
 - the keys are re-projected at every decoder step (W_k h_j does not depend on t, but here it is
@@ -9,8 +9,10 @@ the two equal in loss and gradients. What it does the slow way, on purpose:
 - the loss is a per-step cross-entropy with the padding masked out;
 - batches come from a plain random sampler of a fixed size, padded to their longest sentence.
 
-The decoder math is written against the model's parameters (`decoder.cell.weight_ih`, ...) rather than
-its modules' `forward`, so a change to how the fast path computes it is checked against this one.
+The decoder math is written against the model's parameters (`decoder.readout.weight`, ...) rather than
+its modules' `forward`, so a change to how the fast path computes it is checked against this one. The
+GRU update is the one exception: `torch.gru_cell` on the cell's weights, the kernel `nn.GRUCell` calls
+(one fused kernel on CUDA), so that both paths launch the same cell and a ratio measures the rest.
 
 Dimension letters: B batch, S source length, T target length, E embedding, H hidden, V vocab.
 """
@@ -25,17 +27,6 @@ from torch.utils.data import DataLoader
 from seq2seq.batching import collate
 from seq2seq.rnn import RNNSeq2Seq
 from seq2seq.tokenizer import PAD
-
-
-def gru_cell(
-    x: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor, b_hh: Tensor
-) -> Tensor:
-    """The GRU update of torch.nn.GRUCell, gates in its order (r, z, n). x (B, I), h (B, H) -> (B, H)."""
-    i_r, i_z, i_n = F.linear(x, w_ih, b_ih).chunk(3, dim=-1)  # 3 x (B, H)
-    h_r, h_z, h_n = F.linear(h, w_hh, b_hh).chunk(3, dim=-1)  # 3 x (B, H)
-    r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
-    n = torch.tanh(i_n + r * h_n)
-    return (1 - z) * n + z * h
 
 
 def score(model: RNNSeq2Seq, query: Tensor, enc_out: Tensor) -> Tensor:
@@ -57,7 +48,7 @@ def reference_loss(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Teacher-forced loss the textbook way: smoothed loss sum, NLL sum, real target token count.
 
-    The same values as `seq2seq.system.batch_loss` on the same weights and batch (dropout aside).
+    The same values as `seq2seq.loss.batch_loss` on the same weights and batch (dropout aside).
     """
     enc, dec = model.encoder, model.decoder
     p_enc, p_dec, training = enc.dropout.p, dec.dropout.p, model.training
@@ -69,7 +60,8 @@ def reference_loss(
     enc_out, _ = pad_packed_sequence(enc.rnn(packed)[0], batch_first=True, total_length=src.size(1))
     half = enc_out.size(-1) // 2
     s = torch.tanh(F.linear(enc_out[:, 0, half:], dec.bridge.weight, dec.bridge.bias))  # (B, H)
-    cell, readout, gen = dec.cell, dec.readout, model.generator
+    readout, gen, cell = dec.readout, model.generator, dec.cell
+    gru = (cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh)
     loss_sum = nll_sum = enc_out.new_zeros(())
     for t in range(tgt_in.size(1)):
         y = F.embedding(tgt_in[:, t], dec.embedding.weight, PAD)  # (B, E)
@@ -78,7 +70,9 @@ def reference_loss(
         alpha = scores.softmax(-1)  # (B, S)
         c = torch.bmm(alpha.unsqueeze(1), enc_out).squeeze(1)  # (B, H)
         x = torch.cat([y, c], -1)  # (B, E + H)
-        s = gru_cell(x, s, cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh)  # (B, H)
+        # nn.GRUCell's own kernel, as the fast path runs it: a hand-written cell would add a dozen
+        # launches a step, and a GPU ratio would then measure those rather than the paths' work.
+        s = torch.gru_cell(x, s, *gru)  # (B, H)
         o = torch.tanh(F.linear(torch.cat([s, c, y], -1), readout.weight, readout.bias))  # (B, E)
         o = F.dropout(o, p_dec, training)
         logits = F.linear(o, gen.weight, gen.bias)  # (B, V), on padded rows too

@@ -168,3 +168,23 @@ class RNNSeq2Seq(Seq2Seq):
         dec_state, context, weights = self.decoder.attend_and_update(state, emb)
         logits = self.generator(self.decoder.output_features(dec_state, context, emb))  # (B, V)
         return logits, weights, {**state, "dec_state": dec_state}
+
+    def flops_per_token(self, src_len: Tensor | float, tgt_len: Tensor | float) -> Tensor | float:
+        """Matmul FLOPs of a training update (forward + backward) per target token of one sentence pair.
+
+        Args: src_len, tgt_len: real source and target tokens (EOS, BOS included); floats, or tensors of
+        lengths (B,) for one figure per pair. 2 FLOPs per multiply-add; backward = 2 x forward; padding
+        and elementwise work (gates, tanh, softmax) are not counted.
+        """
+        E, H = self.encoder.embedding.embedding_dim, self.decoder.bridge.out_features
+        V, h, layers = self.generator.out_features, H // 2, self.encoder.rnn.num_layers
+        key_proj = getattr(self.decoder.scorer, "key_proj", None)
+        A = key_proj.out_features if key_proj is not None else 0  # dot, scaled: no projections
+        per_src = sum(2 * 2 * 3 * h * ((E if i == 0 else H) + h) for i in range(layers))  # biGRU
+        per_src += 2 * H * A  # keys projected once per sentence
+        # Per target token: the GRU cell, the readout and the generator.
+        per_tgt = 2 * 3 * H * (E + 2 * H) + 2 * (2 * H + E) * E + 2 * E * V
+        per_tgt += 2 * H * A  # query projection
+        per_pair = (2 * A if A else 2 * H) + 2 * H  # score and context per (target, source) pair
+        forward = src_len * per_src + tgt_len * (per_tgt + src_len * per_pair) + 2 * h * H  # bridge
+        return 3 * forward / tgt_len

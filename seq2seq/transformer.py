@@ -270,3 +270,18 @@ class TransformerSeq2Seq(Seq2Seq):
         features, weights, caches = self._decode(state, x, incremental=True)
         logits = self.generator(features.squeeze(1))  # (B, V)
         return logits, weights.squeeze(2), {**state, **caches, "pos": pos + 1}  # (B, V), (B, N, S)
+
+    def flops_per_token(self, src_len: Tensor | float, tgt_len: Tensor | float) -> Tensor | float:
+        """Matmul FLOPs of a training update (forward + backward) per target token of one sentence pair.
+
+        Args: src_len, tgt_len: real source and target tokens (EOS, BOS included); floats, or tensors of
+        lengths (B,) for one figure per pair. 2 FLOPs per multiply-add; backward = 2 x forward; padding
+        and elementwise work (LayerNorm, softmax) are not counted; causal attention counts half the pairs.
+        """
+        H, L, V = self.d_model, len(self.encoder), self.generator.out_features
+        F = self.encoder[0].ff[0].out_features
+        s, t = src_len, tgt_len
+        enc = L * s * (8 * H * H + 4 * H * F + 4 * H * s)  # QKVO, feed-forward; scores, context
+        dec = L * t * (12 * H * H + 4 * H * F + 4 * H * s)  # self QKVO, cross QO, FF; cross attn
+        dec = dec + L * (4 * H * H * s + 2 * H * t * (t + 1))  # cross K, V; causal self-attention
+        return 3 * (enc + dec + 2 * H * V * t) / t
