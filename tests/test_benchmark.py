@@ -1,17 +1,24 @@
-"""The textbook reference path equals the fast path; scripts/benchmark.py writes every figure."""
+"""The textbook reference equals the fast path; FLOPs per token match PyTorch's counter; both benchmark
+scripts run end to end and report every figure (their structure, never their timings)."""
 
 import json
 
 import pytest
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
 
-from seq2seq.data import collate
+from seq2seq.batching import collate
+from seq2seq.config import TrainConfig
+from seq2seq.loss import batch_loss
 from seq2seq.reference import reference_loss, textbook_loader
 from seq2seq.rnn import RNNSeq2Seq
-from seq2seq.system import batch_loss
+from seq2seq.transformer import TransformerSeq2Seq
 from tests.conftest import load_script
 
 benchmark = load_script("benchmark")
+benchmark_memory = load_script("benchmark_memory")
+TINY = ["--vocab-size", "100", "--emb-size", "16", "--hidden-size", "32", "--batch-tokens", "400"]
 
 
 def random_batch(vocab: int, lengths: list[tuple[int, int]]) -> dict[str, torch.Tensor]:
@@ -51,7 +58,7 @@ def test_textbook_loader_gives_random_fixed_size_batches(
     from seq2seq.data import TranslationDataModule
 
     monkeypatch.chdir(tmp_path)
-    dm = TranslationDataModule(data_dir=str(tiny_corpus), vocab_size=100, batch_tokens=400)
+    dm = TranslationDataModule(TrainConfig(data_dir=str(tiny_corpus), vocab_size=100))
     dm.prepare_data()
     dm.setup("fit")
     batches = list(textbook_loader(dm.datasets["train"], 16, max_len=100, seed=1))
@@ -74,40 +81,89 @@ def test_bf16_autocast_path_computes_nearly_the_same_loss(score: str) -> None:
     assert not torch.equal(bf16[0], fp32[0])  # it did run in bf16
 
 
+@pytest.mark.parametrize(
+    "model",
+    [RNNSeq2Seq(50, 16, 32, "additive", dropout=0.0),
+     RNNSeq2Seq(50, 16, 32, "dot", dropout=0.0, enc_layers=2, tie_embeddings=False),
+     TransformerSeq2Seq(50, 32, heads=4, layers=2, ff_size=64, dropout=0.0, attn_dropout=0.0)],
+    ids=["gru-additive", "gru-dot-2-layers", "transformer"],
+)  # fmt: skip
+@pytest.mark.parametrize("lengths", [(12, 9), (5, 20)])
+def test_flops_per_token_matches_pytorchs_flop_counter(model, lengths: tuple[int, int]) -> None:
+    batch = random_batch(50, [lengths])  # one sentence: no padding, every FLOP is useful
+    s, t = float(batch["src_lens"][0]), float(batch["tgt_mask"].sum())
+    # The math backend's attention is plain matmuls, which the counter sees (fused kernels it may not).
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        (batch_loss(model, batch, 0.1)[0] / t).backward()
+    expected = model.flops_per_token(s, t) * t
+    if isinstance(model, TransformerSeq2Seq):  # the counter also counts the masked half of causal
+        H, L = model.d_model, len(model.decoder)
+        expected += 3 * L * 4 * H * (t * t - t * (t + 1) / 2)
+    # The GRU's: backward skips the gradient of the zero initial state, one step per direction.
+    torch.testing.assert_close(float(counter.get_total_flops()), expected, rtol=0.01, atol=0)
+
+
 @pytest.mark.slow
 def test_quick_benchmark_writes_every_figure(tiny_corpus, tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)  # the data cache goes to ./data/cache
     out = tmp_path / "bench.json"
-    argv = ["--quick", "--data-dir", str(tiny_corpus), "--vocab-size", "100", "--emb-size", "16",
-            "--hidden-size", "32", "--batch-tokens", "400", "--threads", "1", "--json", str(out)]  # fmt: skip
+    argv = ["--quick", "--data-dir", str(tiny_corpus), *TINY, "--train-updates", "12",
+            "--json", str(out)]  # fmt: skip
     assert benchmark.main(argv) == 0
     result = json.loads(out.read_text())
-    for path in ("fast", "bf16", "reference"):
-        for key in ("tokens_per_sec", "sec_per_update", "useful_gflops", "matmul_fraction",
-                    "mflop_per_token", "peak_rss_mb", "rss_before_training_mb"):  # fmt: skip
-            assert result[path][key] > 0, (path, key)
-    assert result["matmul_gflops"] > 0 and result["speedup"] > 0 and result["speedup_bf16"] > 0
-    for key in ("greedy_sent_per_sec", "beam5_sent_per_sec", "greedy_bleu", "beam5_bleu"):
-        assert result["decode"][key] >= 0, key
-    assert result["callback"]["every_n_steps"] == 500 and result["callback"]["overhead"] > 0
+    assert list(result["paths"]) == list(benchmark.PATHS)
+    for name, figures in result["paths"].items():
+        for key in ("tokens_per_sec", "sec_per_update", "matmul_pct", "warmup_sec"):
+            assert figures[key] > 0, (name, key)
+        assert figures["peak_gpu_mb"] is None  # CPU: no GPU column
+    assert result["paths"]["reference"]["vs_reference"] == 1.0
+    assert result["mflop_per_token"] > 0 and result["matmul"]["fp32"] > 0
+    assert len(result["rounds"]) == 3 and result["device"] == "cpu"
+    decode = result["decode"]
+    assert decode["sentences"] == 20 and decode["trained_updates"] == 12
+    assert decode["greedy_sent_per_sec"] > 0 and decode["beam5_sent_per_sec"] > 0
     table = capsys.readouterr().out
-    assert "tokens/s" in table and "beam-5" in table and "callback" in table and "bf16" in table
-    assert result["device"]["type"] == "cpu" and result["left_out"] == {}
-    assert result["bf16"]["matmul_fraction_of"] == "fp32" and result["matmul_bf16_gflops"] is None
-    # The table of a CUDA run (not runnable here): its own rate and memory rows, no RSS.
-    result["device"] = {"type": "cuda", "name": "GPU", "cuda": "12.8", "cudnn": 91000, "torch": "2",
-                        "float32_matmul_precision": "highest", "cudnn_rnn_fp32_precision": "tf32",
-                        "bf16_autocast_encoder_dtype": "float16"}  # fmt: skip
-    result["matmul_bf16_gflops"] = 2 * result["matmul_gflops"]
-    for path in ("fast", "bf16", "reference"):
-        result[path]["peak_gpu_mb"] = result[path].pop("peak_rss_mb")
-    gpu = benchmark.table(result)
-    assert "bf16 col.: bf16" in gpu and "peak GPU memory" in gpu and "cuDNN 91000" in gpu
-    assert "RSS probes are skipped" in gpu and "peak RSS" not in gpu
+    assert "vs reference" in table and "beam-5" in table and "peak GPU" not in table
+    assert table.count("\n") == 1 + 1 + 3 + 2  # header, column heads, three paths, two lines
+    # A CUDA run's table (not runnable here) gains a peak-memory column and the bf16 matmul rate.
+    result["device"], result["matmul"]["bf16"] = "NVIDIA H200", 700_000.0
+    for figures in result["paths"].values():
+        figures["peak_gpu_mb"] = 630.0
+    gpu = benchmark.render(result)
+    assert "peak GPU MB" in gpu and "bf16 700,000" in gpu and "NVIDIA H200" in gpu
+
+
+@pytest.mark.slow
+def test_quick_memory_benchmark_reports_probes_runs_and_heatmaps(
+    tiny_corpus, tmp_path, monkeypatch, capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "memory.json"
+    argv = ["--quick", "--updates", "4", "--data-dir", str(tiny_corpus), *TINY, "--json", str(out)]
+    assert benchmark_memory.main(argv) == 0
+    result = json.loads(out.read_text())
+    assert list(result["probe"]) == list(benchmark.PATHS)
+    for probe in result["probe"].values():
+        assert probe["peak_rss_mb"] >= probe["rss_before_mb"] > 0
+    assert list(result["train"]) == ["32-true", "bf16-mixed"]
+    for run in result["train"].values():
+        assert run["code"] == 0 and run["updates"] == 4
+        assert [r["update"] for r in run["rss"]] == [0, 1, 2, 3, 4]  # --every: updates / 4
+        assert run["peak_rss_mb"] >= max(r["mb"] for r in run["rss"]) > 0
+        kinds = [kind for kind, _ in run["draws"]]
+        # Teacher-forced at the start and every update (updates / 4); greedy at both validations.
+        assert kinds.count("teacher-forced") == 5 and kinds.count("greedy") == 2
+        assert len(run["val_sec"]) == 2
+        heatmaps = run["heatmaps"]
+        assert 0 < heatmaps["share_of_run"] < 1 and 0 < heatmaps["share_at_defaults"] < 1
+        assert heatmaps["greedy_sec"] > 0 and heatmaps["teacher_forced_sec"] > 0
+    table = capsys.readouterr().out
+    assert "bf16-mixed" in table and "RSS at update 4" in table and "share at defaults" in table
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal needs a machine without CUDA")
-def test_device_cuda_without_cuda_is_refused_in_one_line(capsys) -> None:
-    assert benchmark.main(["--device", "cuda", "--quick"]) == 2
+@pytest.mark.parametrize("script", [benchmark, benchmark_memory])
+def test_device_cuda_without_cuda_is_refused_in_one_line(script, capsys) -> None:
+    assert script.main(["--device", "cuda", "--quick"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("error: --device cuda") and "CUDA" in err
