@@ -1,12 +1,18 @@
-"""Translate standard input line by line: `python scripts/translate.py CKPT [--beam 5] < in.txt > out.txt`.
+"""Translate line by line: `python scripts/translate.py CKPT [--beam 5] < in.txt > out.txt`.
 
-One line out per line in, in order; a blank line in gives a blank line out. Bytes that are not UTF-8 are
-replaced (U+FFFD) with a warning on stderr naming the line. `--plot-dir DIR` writes the attention of each
-translation, as the search chose it, to DIR/<line>.png (source subwords on x, output subwords on y).
+Reads stdin, or `--input FILE` (plain or .gz). One line out per line in, in order; a blank line in gives
+a blank line out. Bytes that are not UTF-8 are replaced (U+FFFD) with a warning on stderr naming the
+line; so is a line too long for the model, which is cut to fit. `--plot-dir DIR` writes the attention
+of each translation, as the search chose it, to DIR/<line>.png (source subwords on x, output on y).
+The output formats are described in OUTPUT below (and `--help`).
 """
 
 import argparse
+import contextlib
+import gzip
+import json
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -15,11 +21,36 @@ from seq2seq.config import decoding_parser, pick_device, search_config
 from seq2seq.errors import UserError
 
 CHUNK = 1000  # lines translated together: big enough for full batches, small enough to stream
+OUTPUT = """output, for each input line (LINE counts input lines from 0, as Moses n-best lists do):
+  default             TEXT
+  --scores            LINE ||| TEXT ||| SCORE
+  --nbest N           N such lines, best first (fewer if the beam finished fewer); they are
+                      ranked by SCORE / ((5 + length) / 6)^alpha (--length-penalty alpha), and
+                      SCORE is the total log-probability of the output, EOS included
+  --alignments hard   " ||| 0-0 1-2 ..." appended to each line: Pharaoh links, source word -
+                      target word, words being whitespace tokens numbered from 0
+  --alignments soft   instead, one JSON object per input line: line, text, score, src_tokens,
+                      tgt_tokens, attention (target x source subwords, Transformer heads
+                      averaged), src_words, tgt_words, word_attention, word_alignment, and
+                      nbest (a list of such objects) with --nbest
+  Word attention drops the </s> column, so its rows sum to 1 minus the weight on </s>."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = decoding_parser("Translate stdin to stdout, one line per line, with a checkpoint.")
+    parser = decoding_parser("Translate text, one line per line, with a checkpoint.")
+    raw = (argparse.RawDescriptionHelpFormatter, parser.formatter_class)  # keep OUTPUT's layout
+    parser.formatter_class, parser.epilog = type("Formatter", raw, {}), OUTPUT
     parser.add_argument("checkpoint", metavar="CKPT", help="a .ckpt written by scripts/train.py")
+    parser.add_argument("--input", metavar="FILE", help="read FILE (plain or .gz), not stdin")
+    parser.add_argument("--scores", action="store_true", help="write LINE ||| TEXT ||| SCORE")
+    parser.add_argument(
+        "--alignments", choices=("none", "hard", "soft"), default="none",
+        help="add word alignments: Pharaoh links (hard) or JSON lines with the matrices (soft)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--align-direction", choices=("tgt2src", "src2tgt", "intersect"), default="tgt2src",
+        help="hard links: each target word to its best source word, the reverse, or both agree",
+    )  # fmt: skip
     parser.add_argument(
         "--plot-dir", metavar="DIR", help="write one alignment heatmap PNG per sentence here"
     )
@@ -43,16 +74,70 @@ def translate(args: argparse.Namespace, stdin: IO[bytes], stdout: IO[str]) -> in
     from seq2seq.translator import Translator
 
     translator = Translator.load(args.checkpoint, pick_device(args.device))
-    chunk = 1 if stdin.isatty() else CHUNK  # typing at a terminal: answer each line at once
-    for first, lines in read_chunks(stdin, chunk):
-        results = translator.translate(lines, search, args.batch_tokens, args.batch_size)
-        for i, result in enumerate(results):
-            if args.plot_dir and lines[i].strip():
-                plot(args.plot_dir, first + i, result)
-        # One line out per line in, whatever the model says.
-        stdout.write("".join(result.text.replace("\n", " ") + "\n" for result in results))
-        stdout.flush()
+    with open_input(args.input) if args.input else contextlib.nullcontext(stdin) as source:
+        chunk = 1 if source.isatty() else CHUNK  # typing at a terminal: answer each line at once
+        for first, lines in read_chunks(source, chunk):
+            out = translate_chunk(translator, search, args, first, lines)
+            stdout.write("".join(line + "\n" for line in out))
+            stdout.flush()
     return 0
+
+
+def translate_chunk(
+    translator: "Translator",  # noqa: F821
+    search: "SearchConfig",  # noqa: F821
+    args: argparse.Namespace,
+    first: int,
+    lines: list[str],
+) -> list[str]:
+    """The output lines for input `lines`, the first of which is line `first` (from 1)."""
+    from seq2seq.translator import TruncatedInput
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TruncatedInput)
+        results = translator.translate(
+            lines, search, args.batch_tokens, args.batch_size,
+            return_alignments=args.alignments != "none", direction=args.align_direction,
+        )  # fmt: skip
+    for warning in caught:  # ours name the line; others pass through unchanged
+        if isinstance(warning.message, TruncatedInput):
+            line = first + warning.message.index
+            print(f"warning: line {line}: {warning.message.detail}", file=sys.stderr)
+        else:
+            warnings.showwarning(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
+    out = []
+    for i, result in enumerate(results):
+        if args.plot_dir and lines[i].strip():
+            plot(args.plot_dir, first + i, result)
+        out.extend(output_lines(first + i - 1, result, args))
+    return out
+
+
+def output_lines(number: int, result: "Translation", args: argparse.Namespace) -> list[str]:  # noqa: F821
+    """The output of input line `number` (from 0), as OUTPUT describes."""
+    from seq2seq.alignment import format_pharaoh
+
+    if args.alignments == "soft":
+        return [json.dumps({"line": number, **result.to_dict(digits=4)}, ensure_ascii=False)]
+    lines = []
+    for hyp in result.nbest or [result]:
+        text = hyp.text.replace("\n", " ")  # one line out per hypothesis, whatever the model says
+        fields = (
+            [str(number), text, f"{hyp.score:.4f}"] if args.scores or args.nbest > 1 else [text]
+        )
+        if args.alignments == "hard":
+            fields.append(format_pharaoh(hyp.word_alignment))
+        lines.append(" ||| ".join(fields))
+    return lines
+
+
+def open_input(path: str) -> IO[bytes]:
+    try:
+        return gzip.open(path) if path.endswith(".gz") else open(path, "rb")  # noqa: SIM115
+    except OSError as err:
+        raise UserError(f"--input {path}: cannot read ({err.strerror})") from None
 
 
 def read_chunks(stdin: IO[bytes], size: int) -> Iterator[tuple[int, list[str]]]:

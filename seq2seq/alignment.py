@@ -86,6 +86,39 @@ def word_spans(pieces: Sequence[str], specials: Collection[str] = SPECIALS) -> l
     return words
 
 
+def word_spans_in_text(text: str, spans: Sequence[tuple[int, int]]) -> list[int]:
+    """`word_spans` from where each piece lies in the raw text: the word of `text.split()` (from 0).
+
+    sentencepiece normalises before it splits (NFKC, U+200B read as a space, control characters
+    dropped), so counting markers in the pieces can miss or add words; counting on the raw text
+    cannot. A piece covering no visible character (a "▁" sentencepiece added, or only whitespace)
+    joins the next piece's word, or the previous one at the end, as in `word_spans`. A word no piece
+    covers (cut off, or removed by normalisation) keeps its number and gets no piece.
+
+    Args:
+        text: the raw sentence the pieces were encoded from (or decoded to).
+        spans: per piece, its (start, end) characters in `text` (`Tokenizer.encode_with_spans`).
+    """
+    word_at, word = [], NOT_A_WORD
+    for i, char in enumerate(text):
+        if not char.isspace() and (i == 0 or text[i - 1].isspace()):
+            word += 1
+        word_at.append(NOT_A_WORD if char.isspace() else word)
+    words, waiting, last = [], [], NOT_A_WORD
+    for start, end in spans:
+        hit = next((w for w in word_at[start:end] if w != NOT_A_WORD), NOT_A_WORD)
+        words.append(hit)
+        if hit == NOT_A_WORD:
+            waiting.append(len(words) - 1)
+            continue
+        for j in waiting:
+            words[j] = hit
+        waiting, last = [], hit
+    for j in waiting:
+        words[j] = last
+    return words
+
+
 def _membership(word_of_piece: Sequence[int], like: Tensor) -> Tensor:
     """(W, P) 0/1 matrix: entry [w, p] is 1 when piece p belongs to word w; -1 pieces get none."""
     if any(w < NOT_A_WORD for w in word_of_piece):

@@ -217,3 +217,69 @@ class AttentionHeatmaps(L.Callback):
             src, tgt = self.tokenizer.pieces(src_ids), self.tokenizer.pieces(tgt_ids)
             self._plots[key] = (tgt_ids, AlignmentPlot(weights, src, tgt, title))
         return self._plots[key][1].render()
+
+
+class AlignmentErrorRate(L.Callback):
+    """Logs `val/aer`, `val/align_precision` and `val/align_recall`: the model's word alignments of
+    the validation set, teacher-forced on its references, against a gold file beside it.
+
+    The gold file is `<val split>.align` (or `.align.gz`) in the corpus folder, next to `val.de` and
+    `val.en`: one Pharaoh line per pair, `i-j` sure and `ipj` possible links (seq2seq.alignment).
+    Without one, or for a hub corpus, the callback does nothing and says nothing. It runs at each
+    validation end (not the sanity check), on rank 0, with the training model in eval mode under
+    no_grad; alignments are those of `Translator.align` (mean over heads, EOS dropped).
+
+    Args:
+        direction: "tgt2src" (each target word to its best source word), "src2tgt" or "intersect".
+        batch_tokens: padded tokens per teacher-forced batch.
+    """
+
+    def __init__(self, direction: str = "tgt2src", batch_tokens: int = 4096) -> None:
+        self.direction, self.batch_tokens = direction, batch_tokens
+        self.pairs: tuple[list[str], list[str]] | None = None  # val sources, references
+        self.gold: list | None = None  # per pair, (sure, possible) link sets
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        from seq2seq.alignment import read_pharaoh
+        from seq2seq.corpus import read_pairs, resolve_corpus
+
+        dm = trainer.datamodule
+        if not trainer.is_global_zero or "val" not in getattr(dm, "split_names", {}):
+            return
+        source = resolve_corpus(dm.cfg.dataset, dm.cfg.data_dir)
+        split = dm.split_names["val"]
+        names = (f"{split}.align", f"{split}.align.gz")
+        found = [source.folder / name for name in names] if source.folder is not None else []
+        path = next((p for p in found if p.is_file()), None)
+        if path is None:
+            return
+        pairs, gold = read_pairs(source, split, dm.cfg.src, dm.cfg.tgt), read_pharaoh(path)
+        if pairs.empty or len(gold) != len(pairs):  # blank pairs were dropped: lines would shift
+            rank_zero_warn(
+                f"{path} has {len(gold)} lines for {len(pairs) + pairs.empty} validation pairs "
+                f"({pairs.empty} blank); val/aer is off"
+            )
+            return
+        self.pairs, self.gold = (pairs.src, pairs.tgt), gold
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.gold is None or trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        score = self.score(pl_module.model, pl_module.tokenizer)
+        for name, value in (("aer", score.aer), ("align_precision", score.precision),
+                            ("align_recall", score.recall)):  # fmt: skip
+            pl_module.log(f"val/{name}", value, rank_zero_only=True)
+
+    def score(self, model: Seq2Seq, tokenizer: Tokenizer) -> "AERScore":  # noqa: F821
+        """AER, precision and recall of `model` on the validation pairs; its mode is kept."""
+        from seq2seq.alignment import alignment_error_rate
+        from seq2seq.translator import Translator
+
+        training = model.training
+        try:
+            device = next(model.parameters()).device
+            translator = Translator(model, tokenizer, device)  # eval mode; no copy
+            found = translator.align(*self.pairs, self.batch_tokens, direction=self.direction)
+        finally:
+            model.train(training)
+        return alignment_error_rate([result.word_alignment for result in found], self.gold)

@@ -1,6 +1,7 @@
 """Corpus metrics: sacreBLEU BLEU and chrF with their signatures, perplexity, attention entropy."""
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -16,17 +17,31 @@ class Score:
     signature: str
 
 
-def corpus_bleu(hypotheses: list[str], references: list[str], lowercase: bool = False) -> Score:
-    """sacreBLEU BLEU (13a tokenization, cased unless `lowercase`) of detokenized text against raw refs."""
-    metric = BLEU(lowercase=lowercase)
-    value = metric.corpus_score(hypotheses, [references]).score
+def _streams(references: Sequence[str] | Sequence[Sequence[str]]) -> list[Sequence[str]]:
+    """One reference per hypothesis (a list of str), or several: one such list per reference set."""
+    return [references] if not references or isinstance(references[0], str) else list(references)
+
+
+def corpus_bleu(
+    hypotheses: list[str],
+    references: Sequence[str] | Sequence[Sequence[str]],
+    lowercase: bool = False,
+    tokenize: str = "13a",
+) -> Score:
+    """sacreBLEU BLEU of detokenized text against raw references: one list of references, or
+    several (each line-aligned with `hypotheses`); cased unless `lowercase`; `tokenize` is one of
+    sacreBLEU's tokenizers (13a, intl, zh, ja-mecab, ...; some need extra packages)."""
+    metric = BLEU(lowercase=lowercase, tokenize=tokenize)
+    value = metric.corpus_score(hypotheses, _streams(references)).score
     return Score(value, str(metric.get_signature()))
 
 
-def corpus_chrf(hypotheses: list[str], references: list[str]) -> Score:
-    """sacreBLEU chrF of detokenized text against raw references."""
+def corpus_chrf(
+    hypotheses: list[str], references: Sequence[str] | Sequence[Sequence[str]]
+) -> Score:
+    """sacreBLEU chrF of detokenized text against raw references (one list, or several)."""
     metric = CHRF()
-    value = metric.corpus_score(hypotheses, [references]).score
+    value = metric.corpus_score(hypotheses, _streams(references)).score
     return Score(value, str(metric.get_signature()))
 
 

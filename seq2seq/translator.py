@@ -2,34 +2,60 @@
 
     from seq2seq import Translator
     translator = Translator.load("best.ckpt", device="cpu")
-    for result in translator.translate(["Ein Hund läuft."], beam=5):
-        print(result.text, result.score)
+    [result] = translator.translate(["Ein Hund läuft ."], beam=5, return_alignments=True)
+    result.text, result.score, result.word_alignment    # "A dog runs .", -1.9, [(0, 0), (1, 1), ...]
+    [forced] = translator.align(["Ein Hund läuft ."], ["A dog is running ."])
 
-The scripts (evaluate.py, translate.py) are thin wrappers over this class.
+**Attention** (`Translation.attention`): what the search used for each output subword (rows) over
+the source subwords (columns), both ending in `</s>`; under beam search, the chosen hypothesis's own.
+The Transformer gives its last decoder layer's cross-attention, one map per head (T, N, S); all
+word-level values use the mean over heads. **Words** are the whitespace-separated tokens of the raw
+sentence (`text.split()`), numbered from 0 as in Pharaoh files. A subword belongs to the word whose
+characters it covers (sentencepiece's offsets into the raw text: normalisation never shifts a word).
+A source word's columns add up and a target word's rows are averaged (alignment.merge_to_words).
+**EOS is dropped**, not spread: a row of `word_attention` sums to 1 minus the mass its subwords put on
+`</s>` (fairseq #4446), and the `</s>` row aligns nothing. `word_alignment` links each target word to
+its highest-weighted source word (`direction="tgt2src"`; also "src2tgt" and "intersect").
+
+**Length.** The Transformer's position table bounds every length (`positions.max_len`): a longer source
+(or `align` target) is cut to fit, with a `TruncatedInput` warning naming the sentence, and no output
+grows past it. The GRU has no limit. The scripts (evaluate.py, translate.py) are thin wrappers.
 """
 
-from dataclasses import dataclass, field, replace
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any, Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from seq2seq.batching import source_loader
+from seq2seq.alignment import NOT_A_WORD, Link, hard_links, merge_to_words, word_spans_in_text
+from seq2seq.batching import TokenBudgetBatchSampler, collate
 from seq2seq.checkpoint import load_model
 from seq2seq.interface import Seq2Seq
 from seq2seq.search import Hypotheses, SearchConfig, translate_batch
 from seq2seq.tokenizer import Tokenizer
 
+Direction = Literal["tgt2src", "src2tgt", "intersect"]
+Span = tuple[int, int]  # (start, end) characters of a subword in its sentence
+Source = tuple[str, list[Span], list[int]]  # a sentence, its subwords' spans and their ids
+
 
 @dataclass
 class Translation:
-    """One hypothesis of one source sentence, as plain Python values.
+    """One hypothesis of one source sentence (or, from `align`, the given target), as plain values.
 
     text: the detokenized translation. score: its total log-probability (EOS included).
     src_tokens, tgt_tokens: the subwords of source and hypothesis, each ending in `</s>`.
-    attention: (len(tgt_tokens), [N,] len(src_tokens)), the soft attention the search used for each
-        output subword (rows) over the source subwords (columns).
-    nbest: the other hypotheses (best first, this one first) when more than one was asked for.
+    attention: (len(tgt_tokens), [N,] len(src_tokens)) soft attention, rows = output subwords.
+    nbest: the n best hypotheses (best first, this one first) when more than one was asked for.
+    src_words, tgt_words: `source.split()` and `text.split()`.
+    word_attention: (len(tgt_words), len(src_words)), heads averaged, EOS dropped (module docstring);
+        None unless alignments were asked for.
+    word_alignment: (source word, target word) index pairs, sorted; None unless asked for.
     """
 
     text: str
@@ -38,6 +64,75 @@ class Translation:
     tgt_tokens: list[str]
     attention: Tensor
     nbest: list["Translation"] = field(default_factory=list)
+    src_words: list[str] = field(default_factory=list)
+    tgt_words: list[str] = field(default_factory=list)
+    word_attention: Tensor | None = None
+    word_alignment: list[Link] | None = None
+
+    def to_dict(self, digits: int | None = None) -> dict[str, Any]:
+        """JSON-ready values: matrices as nested lists (`attention` averaged over heads, rounded to
+        `digits` when given), links as [source, target] pairs, the n-best list as dicts."""
+
+        def rows(matrix: Tensor) -> list[list[float]]:
+            values = matrix.tolist()
+            return values if digits is None else [[round(v, digits) for v in r] for r in values]
+
+        mean = self.attention.mean(1) if self.attention.dim() == 3 else self.attention  # (T, S)
+        out = {"text": self.text, "score": self.score, "src_tokens": self.src_tokens}
+        out.update(tgt_tokens=self.tgt_tokens, attention=rows(mean))
+        out.update(src_words=self.src_words, tgt_words=self.tgt_words)
+        if self.word_attention is not None:
+            out["word_attention"] = rows(self.word_attention)
+            out["word_alignment"] = [list(link) for link in self.word_alignment or []]
+        if self.nbest:
+            out["nbest"] = [hyp.to_dict(digits) for hyp in self.nbest]
+        return out
+
+
+class TruncatedInput(UserWarning):
+    """A sentence longer than the model reads was cut; `index` is its place (from 0) in the input."""
+
+    def __init__(self, index: int, detail: str) -> None:
+        super().__init__(f"sentence {index + 1}: {detail}")
+        self.index, self.detail = index, detail
+
+
+@dataclass(frozen=True)
+class _CappedSearch(SearchConfig):
+    """A SearchConfig whose output limits never pass `cap` (a Transformer's position table)."""
+
+    cap: int = 1
+
+    def limits(self, src_lens: Tensor) -> Tensor:
+        return super().limits(src_lens).clamp(max=self.cap)  # (B,)
+
+
+def word_alignment(
+    weights: Tensor,
+    source: str,
+    src_spans: Sequence[Span],
+    target: str,
+    tgt_spans: Sequence[Span],
+    direction: Direction = "tgt2src",
+) -> tuple[Tensor, list[Link]]:
+    """Word-level soft and hard alignment from subword attention (see the module docstring).
+
+    Args:
+        weights: (T, [N,] S) attention; its last row and column are EOS, the others the subwords
+            of `target` and `source`, whose (start, end) characters are `tgt_spans`, `src_spans`.
+        direction: "tgt2src", "src2tgt" or "intersect" (seq2seq.alignment.hard_links).
+
+    Returns:
+        (len(target.split()), len(source.split())) weights, heads averaged and EOS dropped, and
+        the (source word, target word) links.
+    """
+    src_of = [*word_spans_in_text(source, src_spans), NOT_A_WORD]  # EOS belongs to no word
+    tgt_of = [*word_spans_in_text(target, tgt_spans), NOT_A_WORD]
+    mean = weights.mean(1) if weights.dim() == 3 else weights  # (T, S): heads averaged
+    words = merge_to_words(mean.float(), src_of, tgt_of)  # (T_w, S_w) up to the last covered word
+    missing = (len(source.split()) - words.size(1), len(target.split()) - words.size(0))
+    words = F.pad(words, (0, missing[0], 0, missing[1]))  # (len(target words), len(source words))
+    return words, hard_links(words, direction)
 
 
 class Translator:
@@ -46,6 +141,8 @@ class Translator:
     def __init__(self, model: Seq2Seq, tokenizer: Tokenizer, device: str | torch.device = "cpu"):
         self.device = torch.device(device)
         self.model, self.tokenizer = model.to(self.device).eval(), tokenizer
+        # The Transformer's position table bounds every length; the GRU has none (None).
+        self.max_len: int | None = getattr(getattr(model, "positions", None), "max_len", None)
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu") -> "Translator":
@@ -59,67 +156,144 @@ class Translator:
         search: SearchConfig | None = None,
         batch_tokens: int = 4096,
         batch_size: int | None = None,
+        return_alignments: bool = False,
+        direction: Direction = "tgt2src",
         **settings: float,
     ) -> list[Translation]:
         """Translate `sentences` (raw text); one result per sentence, in order. A blank sentence gets
         an empty translation with score 0.
 
-        `settings` override fields of `search` (default: SearchConfig()) by name (`beam=5`, `nbest=3`, `length_penalty=0.6`).
-        Batches hold `batch_tokens` source tokens, or `batch_size` sentences when that is given.
+        `settings` override fields of `search` (default: SearchConfig()) by name (`beam=5`,
+        `nbest=3`, `length_penalty=0.6`). Batches hold `batch_tokens` source tokens, or
+        `batch_size` sentences when that is given. `return_alignments` adds `word_attention` and
+        `word_alignment` (links in `direction`) to every result, n-best ones included.
         """
         search = replace(search or SearchConfig(), **settings)
+        encoded = [self.tokenizer.encode_with_spans(line) for line in sentences]
         kept = [i for i, line in enumerate(sentences) if line.strip()]
-        hyps = self.search([sentences[i] for i in kept], search, batch_tokens, batch_size)
-        results = [Translation("", 0.0, ["</s>"], ["</s>"], torch.zeros(1, 1)) for _ in sentences]
+        src_ids = self._fit([encoded[i][0] for i in kept], kept, "source")
+        found = self.search(src_ids, search, batch_tokens, batch_size)
+        words = direction if return_alignments else None
+        results: dict[int, Translation] = {}
         for j, i in enumerate(kept):
-            src_ids = self.tokenizer.encode(sentences[i])
-            options = hyps.nbest[j] if hyps.nbest is not None else None
-            best = self._result(src_ids, hyps.tokens[j], float(hyps.scores[j]), hyps.weights[j])
-            if options is not None and search.nbest > 1:
-                best.nbest = [
-                    self._result(src_ids, ids, float(score), weights)
-                    for ids, score, weights in zip(
-                        options.tokens, options.scores, options.weights, strict=True
-                    )
-                ]
-            results[i] = best
+            src, hyps = (sentences[i], encoded[i][1], src_ids[j]), found[j]
+            options = [
+                self._result(src, ids, float(score), weights, words)
+                for ids, score, weights in zip(hyps.tokens, hyps.scores, hyps.weights, strict=True)
+            ]
+            results[i] = replace(options[0], nbest=options if search.nbest > 1 else [])
+        blank = ("", [], [])  # no words, no subwords: only EOS, attending to nothing
+        return [
+            results.get(i) or self._result(blank, [], 0.0, torch.zeros(1, 1), words)
+            for i in range(len(sentences))
+        ]
+
+    def align(
+        self,
+        sources: list[str],
+        targets: list[str],
+        batch_tokens: int = 4096,
+        batch_size: int | None = None,
+        direction: Direction = "tgt2src",
+    ) -> list[Translation]:
+        """Teacher-forced alignments: the model reads `targets[i]` as its translation of
+        `sources[i]` (what alignment papers measure). Each result has `text` = the target, `score` =
+        log p(target | source) with EOS, the attention of that reading, and the word alignments."""
+        if len(sources) != len(targets):
+            raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
+        src, tgt = ([self.tokenizer.encode_with_spans(x) for x in xs] for xs in (sources, targets))
+        src_ids = self._fit([ids for ids, _ in src], range(len(src)), "source")
+        tgt_ids = self._fit([ids for ids, _ in tgt], range(len(tgt)), "target")
+        pairs = enumerate(zip(src_ids, tgt_ids, strict=True))
+        items = [{"src_ids": s, "tgt_ids": t, "index": i} for i, (s, t) in pairs]
+        results: list[Translation] = [None] * len(items)  # type: ignore[list-item]
+        for batch in self._batches(items, batch_tokens, batch_size):
+            weights, scores = self._forced(batch)  # (B, T, [N,] S), (B,)
+            for b, i in enumerate(batch["index"].tolist()):
+                rows, cols = len(tgt_ids[i]) + 1, len(src_ids[i]) + 1  # with EOS
+                results[i] = self._result(
+                    (sources[i], src[i][1], src_ids[i]), tgt_ids[i], scores[b],
+                    weights[b, :rows, ..., :cols], direction, (targets[i], tgt[i][1]),
+                )  # fmt: skip
         return results
 
     def search(
         self,
-        sentences: list[str],
+        src_ids: list[list[int]],
         search: SearchConfig,
         batch_tokens: int = 4096,
         batch_size: int | None = None,
-    ) -> Hypotheses:
-        """The search output of non-blank `sentences`, in their order, scores on the CPU."""
-        order: list[int] = []
-        parts: list[Hypotheses] = []
-        batches = source_loader(self.tokenizer, sentences, batch_tokens, batch_size)
-        for batch in batches:
-            parts.append(translate_batch(self.model, batch, search))
-            order.extend(batch["index"].tolist())
-        rank = sorted(range(len(order)), key=order.__getitem__)  # output position -> in `parts`
-        picked = [(h, i) for h in parts for i in range(len(h.tokens))]
-        picked = [picked[r] for r in rank]
-        scores = torch.cat([h.scores.cpu() for h in parts])[rank] if parts else torch.zeros(0)
-        lists = [h.nbest[i] for h, i in picked] if parts and parts[0].nbest is not None else None
-        return Hypotheses(
-            tokens=[h.tokens[i] for h, i in picked],
-            scores=scores,
-            weights=[h.weights[i] for h, i in picked],
-            normalized=torch.cat([h.normalized.cpu() for h in parts])[rank] if lists else None,
-            nbest=lists,
-        )
+    ) -> list[Hypotheses]:
+        """Search for each source (ids without EOS, at most `max_len` - 1 of them): per sentence, its
+        `search.nbest` best hypotheses (fewer if the beam found fewer), best first, on the CPU."""
+        if self.max_len is not None:
+            values = {f.name: getattr(search, f.name) for f in fields(SearchConfig)}
+            search = _CappedSearch(**values, cap=self.max_len)
+        found: list[Hypotheses] = [None] * len(src_ids)  # type: ignore[list-item]
+        items = [{"src_ids": ids, "index": i} for i, ids in enumerate(src_ids)]
+        for batch in self._batches(items, batch_tokens, batch_size):
+            hyps = translate_batch(self.model, batch, search)
+            for b, i in enumerate(batch["index"].tolist()):
+                one = Hypotheses([hyps.tokens[b]], hyps.scores[b : b + 1].cpu(), [hyps.weights[b]])
+                found[i] = hyps.nbest[b] if hyps.nbest is not None else one  # greedy: no list
+        return found
+
+    def _fit(self, id_lists: list[list[int]], places: Sequence[int], side: str) -> list[list[int]]:
+        """Cut what the model cannot read (EOS or BOS still to come) to its length, with a warning
+        per sentence that names its place in the caller's list."""
+        if self.max_len is None:
+            return id_lists
+        limit = self.max_len - 1
+        for ids, place in zip(id_lists, places, strict=True):
+            if len(ids) > limit:
+                detail = f"the {side} has {len(ids)} subwords and the model reads {limit}: cut"
+                warnings.warn(TruncatedInput(place, detail), stacklevel=3)
+        return [ids[:limit] for ids in id_lists]
+
+    def _batches(
+        self, items: list[dict[str, Any]], batch_tokens: int, batch_size: int | None
+    ) -> Iterator[dict[str, Tensor]]:
+        """Length-sorted batches of `items` (`src_ids`, `index`, maybe `tgt_ids`), as `collate`s."""
+        lengths = [max(len(x["src_ids"]), len(x.get("tgt_ids", ()))) + 1 for x in items]
+        if batch_size is None:
+            groups = TokenBudgetBatchSampler(lengths, batch_tokens)
+        else:
+            ranked = sorted(range(len(items)), key=lengths.__getitem__)  # similar lengths pad least
+            groups = [ranked[k : k + batch_size] for k in range(0, len(ranked), batch_size)]
+        for rows in groups:
+            yield collate([items[r] for r in rows])
+
+    @torch.no_grad()
+    def _forced(self, batch: dict[str, Tensor]) -> tuple[Tensor, list[float]]:
+        """Teacher-forced attention (B, T, [N,] S) on the CPU and log p(target | source) per pair."""
+        batch = {name: value.to(self.device) for name, value in batch.items()}
+        state = self.model.encode(batch["src"], batch["src_lens"], batch["src_mask"])
+        features, weights = self.model.decode(state, batch["tgt_in"])  # (B, T, O), (B, T, [N,] S)
+        mask = batch["tgt_mask"]  # (B, T)
+        log_probs = self.model.generator(features[mask]).float().log_softmax(-1)  # (M, V) real
+        token = log_probs.gather(1, batch["tgt_out"][mask].unsqueeze(1)).squeeze(1)  # (M,)
+        pair = torch.arange(mask.size(0), device=mask.device)[:, None].expand_as(mask)[mask]  # (M,)
+        scores = token.new_zeros(mask.size(0)).index_add_(0, pair, token)  # (B,)
+        return weights.float().cpu(), scores.tolist()
 
     def _result(
-        self, src_ids: list[int], ids: list[int], score: float, weights: Tensor
-    ) -> Translation:
-        pieces = self.tokenizer.pieces
-        return Translation(
-            text=self.tokenizer.decode(ids),
+        self, src: Source, ids: list[int], score: float, weights: Tensor,
+        direction: Direction | None, tgt: tuple[str, list[Span]] | None = None,
+    ) -> Translation:  # fmt: skip
+        """The Translation of source (text, spans, ids) as target `ids`, whose (text, spans) are
+        `tgt` when given (`align`), else decoded; with word alignments unless `direction` is None."""
+        text, tgt_spans = tgt if tgt is not None else self.tokenizer.decode_with_spans(ids)
+        result = Translation(
+            text=text,
             score=score,
-            src_tokens=[*pieces(src_ids), "</s>"],
-            tgt_tokens=[*pieces(ids), "</s>"],
+            src_tokens=[*self.tokenizer.pieces(src[2]), "</s>"],
+            tgt_tokens=[*self.tokenizer.pieces(ids), "</s>"],
             attention=weights,
+            src_words=src[0].split(),
+            tgt_words=text.split(),
         )
+        if direction is not None:
+            result.word_attention, result.word_alignment = word_alignment(
+                weights, src[0], src[1][: len(src[2])], text, tgt_spans[: len(ids)], direction
+            )
+        return result

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from seq2seq.alignment import format_pharaoh
 from tests.conftest import load_script
 
 evaluate = load_script("evaluate")
@@ -36,6 +37,12 @@ def no_corpus(
         hidden.rename(corpus)
 
 
+def sacrebleu_cli(*args: str) -> float:
+    """BLEU as the sacrebleu command prints it (`-b -w 2`) with these files and flags."""
+    command = [sys.executable, "-m", "sacrebleu", *args, "-b", "-w", "2"]
+    return float(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
+
+
 def one_line_error(capsys: pytest.CaptureFixture) -> str:
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("error: ") and "Traceback" not in err, err
@@ -50,14 +57,8 @@ def test_bleu_from_the_checkpoint_alone_equals_sacrebleu_on_the_same_files(
     assert evaluate.main([*args, "--out", "hyps.txt", "--json", "result.json"]) == 0
     out = capsys.readouterr().out
     printed = float(re.search(r"^BLEU = (\S+)", out, re.M).group(1))
-    cli = subprocess.run(
-        [sys.executable, "-m", "sacrebleu", "ref.txt", "-i", "hyps.txt", "-b", "-w", "2"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
     assert printed > 0  # the tiny model has learned something, so the comparison means something
-    assert abs(printed - float(cli.stdout)) <= 0.01
+    assert abs(printed - sacrebleu_cli("ref.txt", "-i", "hyps.txt")) <= 0.01
     assert "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp" in out and "chrF" in out
     assert re.search(r"^sentences: 20 .* sentences/s", out, re.M)
     result = json.loads(Path("result.json").read_text())
@@ -66,6 +67,14 @@ def test_bleu_from_the_checkpoint_alone_equals_sacrebleu_on_the_same_files(
     assert result["bleu_signature"].startswith("nrefs:1") and result["chrf_signature"]
     assert result["hypotheses"] == "hyps.txt"
     assert len(Path("hyps.txt").read_text().splitlines()) == 20
+    # Two references (the second lowercased) and sacreBLEU's international tokenizer.
+    Path("ref2.txt").write_text(Path("ref.txt").read_text().lower())
+    more = ["--ref-file", "ref2.txt", "--sacrebleu-tokenize", "intl", "--out", "hyps2.txt"]
+    assert evaluate.main([*args, *more]) == 0
+    out = capsys.readouterr().out
+    expected = sacrebleu_cli("ref.txt", "ref2.txt", "-i", "hyps2.txt", "-tok", "intl")
+    assert float(re.search(r"^BLEU = (\S+)", out, re.M).group(1)) == expected
+    assert "nrefs:2|case:mixed|eff:no|tok:intl" in out
 
 
 @pytest.mark.slow
@@ -79,28 +88,6 @@ def test_split_is_read_from_the_corpus_named_in_the_checkpoint(
     result = json.loads(capsys.readouterr().out)
     assert result["sentences"] == 20 and " val " in result["data"]
     assert Path(result["hypotheses"]).parent == tiny_checkpoint.parent  # default: beside the ckpt
-
-
-@pytest.mark.slow
-def test_translate_gives_one_line_out_per_line_in(
-    tiny_checkpoint: Path, no_corpus: Path, monkeypatch: pytest.MonkeyPatch, capsys
-) -> None:
-    lines = (no_corpus / "src.txt").read_bytes().splitlines()[:4]
-    text = b"\n".join([lines[0], b"", lines[1], b"Ein \xff kind", b"  ", lines[2]]) + b"\n"
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text)))
-    assert translate.main([str(tiny_checkpoint), "--beam", "3", "--plot-dir", "plots"]) == 0
-    captured = capsys.readouterr()
-    out = captured.out.split("\n")
-    assert len(out) == 7 and out[-1] == ""  # six lines, each ended by a newline
-    assert out[1] == "" and out[4] == ""
-    assert all(out[i] for i in (0, 2, 3, 5))
-    assert "line 4" in captured.err and "warning" in captured.err
-    assert sorted(p.name for p in Path("plots").iterdir()) == [
-        "000001.png",
-        "000003.png",
-        "000004.png",
-        "000006.png",
-    ]
 
 
 @pytest.mark.slow
@@ -127,25 +114,52 @@ def test_bad_input_files_are_refused_in_one_line(
     tiny_checkpoint: Path, no_corpus: Path, capsys
 ) -> None:
     Path("short.txt").write_text("one\ntwo\n")
-    assert (
-        evaluate.main([str(tiny_checkpoint), "--src-file", "src.txt", "--ref-file", "short.txt"])
-        == 2
-    )
-    err = one_line_error(capsys)
-    assert "src.txt has 20 lines" in err and "short.txt has 2" in err
     Path("latin1.txt").write_bytes("ok\nGrüße\n".encode("latin-1"))
-    assert (
-        evaluate.main([str(tiny_checkpoint), "--src-file", "latin1.txt", "--ref-file", "short.txt"])
-        == 2
-    )
-    assert "latin1.txt line 2" in one_line_error(capsys)
-    assert (
-        evaluate.main([str(tiny_checkpoint), "--src-file", "nope.txt", "--ref-file", "short.txt"])
-        == 2
-    )
-    assert "nope.txt" in one_line_error(capsys)
-    assert evaluate.main([str(tiny_checkpoint), "--split", "test"]) == 2  # the corpus is hidden
-    assert "--src-file" in one_line_error(capsys)
+    Path("short.align").write_text("0-0\n")
+    ok = "--src-file src.txt --ref-file ref.txt"
+    cases = {  # flags after CKPT: what the one-line error names
+        "--src-file src.txt --ref-file short.txt": "src.txt has 20 lines but short.txt has 2",
+        "--src-file latin1.txt --ref-file short.txt": "latin1.txt line 2",
+        "--src-file nope.txt --ref-file short.txt": "nope.txt",
+        f"{ok} --ref-file nope.txt": "nope.txt",
+        f"{ok} --align-ref short.align": "--align-ref short.align has 1 lines for 20 pairs",
+        f"{ok} --align-ref nope.align": "nope.align",
+        "--split test": "--src-file",  # the corpus is hidden
+    }
+    for flags, message in cases.items():
+        assert evaluate.main([str(tiny_checkpoint), *flags.split()]) == 2
+        assert message in one_line_error(capsys)
+
+
+@pytest.mark.slow
+def test_alignment_error_rate_against_a_gold_file(
+    tiny_checkpoint: Path, no_corpus: Path, capsys
+) -> None:
+    from seq2seq.translator import Translator
+
+    sources, refs = (Path(name).read_text().splitlines() for name in ("src.txt", "ref.txt"))
+    found = Translator.load(tiny_checkpoint).align(sources, refs)
+    own = [result.word_alignment for result in found]
+    # Gold: the model's own links, except: pair 0's are only possible, pair 1 has a sure link the
+    # model lacks, and pair 2 is an empty line (the model's links there are all wrong).
+    lines = [" ".join(f"{i}p{j}" for i, j in own[0]), format_pharaoh([*own[1], (99, 99)]), ""]
+    Path("gold.align").write_text("\n".join([*lines, *map(format_pharaoh, own[3:])]) + "\n")
+    a = sum(map(len, own))  # |A|
+    sure = a - len(own[0]) - len(own[2]) + 1  # |S|, of which the model finds all but one
+    args = [str(tiny_checkpoint), "--src-file", "src.txt", "--ref-file", "ref.txt", "--json", "-"]
+    assert evaluate.main([*args, "--align-ref", "gold.align"]) == 0
+    out, err = capsys.readouterr()
+    result = json.loads(out)
+    assert result["align_precision"] == pytest.approx((a - len(own[2])) / a)
+    assert result["align_recall"] == pytest.approx((sure - 1) / sure)
+    assert result["aer"] == pytest.approx(1 - (sure - 1 + a - len(own[2])) / (a + sure))
+    assert re.search(r"^AER = 0\.\d{4}  precision = .* recall = ", err, re.M)
+    # On its own translations, against their own links (as a silver file would be): no error.
+    hyps = Translator.load(tiny_checkpoint).translate(sources, beam=5, return_alignments=True)
+    Path("hyp.align").write_text("".join(format_pharaoh(h.word_alignment) + "\n" for h in hyps))
+    assert evaluate.main([*args, "--align-ref", "hyp.align", "--align-on", "hyp"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["aer"], result["align_precision"], result["align_recall"]) == (0.0, 1.0, 1.0)
 
 
 @pytest.mark.slow
@@ -173,10 +187,7 @@ def test_averaging_two_checkpoints_gives_the_mean_of_their_weights(
                           "--ref-file", str(tiny_checkpoint.parents[4] / "corpus" / "val.en"),
                           "--out", str(tmp_path / "h.txt")]) == 0  # fmt: skip
     capsys.readouterr()
-    config = dict(a["hyper_parameters"]["config"], emb_size=8)
-    torch.save(
-        dict(a, hyper_parameters={**a["hyper_parameters"], "config": config}), tmp_path / "c.ckpt"
-    )
+    torch.save(dict(a, model_args={**a["model_args"], "emb_size": 8}), tmp_path / "c.ckpt")
     assert average.main([str(tiny_checkpoint), str(tmp_path / "c.ckpt"), "--out", str(out)]) == 2
     assert "emb_size" in one_line_error(capsys)
     # The same names and shapes, but the output layer no longer shares the embedding's tensor.

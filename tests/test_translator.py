@@ -1,0 +1,200 @@
+"""The Translator API (alignments as data, n-best, long inputs), translate.py's output, val/aer."""
+
+import io
+import json
+import sys
+from itertools import accumulate
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from torch import Tensor
+
+import seq2seq.plotting
+from seq2seq.alignment import alignment_error_rate, format_pharaoh, read_pharaoh, word_spans_in_text
+from seq2seq.batching import collate
+from seq2seq.callbacks import AlignmentErrorRate
+from seq2seq.config import TrainConfig
+from seq2seq.data import TranslationDataModule
+from seq2seq.models import build_model, model_args_from
+from seq2seq.search import SearchConfig
+from seq2seq.system import TranslationSystem
+from seq2seq.tokenizer import Tokenizer
+from seq2seq.translator import Translator, TruncatedInput, word_alignment
+from tests.conftest import LEXICON, load_script, write_corpus
+
+translate = load_script("translate")
+MAX_LEN = 40  # the tiny Transformer's position table: long lines must be cut to it
+NBEST = {"beam": 3, "nbest": 3, "length_penalty": 0.0}  # ranked by score alone
+TRICKY = ["Ein kleiner  hund", "\u200b der (mann) ☃ spielt ﬁsh", "x \x01 y", "ＡＢ\u00a0c▁d"]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tiny_tokenizer: Tokenizer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An untrained two-head Transformer with MAX_LEN positions, saved as a checkpoint."""
+    torch.manual_seed(0)
+    args = {"model": "transformer", "vocab_size": tiny_tokenizer.vocab_size, "d_model": 16,
+            "heads": 2, "layers": 1, "ff_size": 32, "dropout": 0.0, "max_len": MAX_LEN}  # fmt: skip
+    weights = {f"model.{k}": v for k, v in build_model(args).state_dict().items()}
+    path = tmp_path_factory.mktemp("transformer") / "tiny.ckpt"
+    saved = {"model_args": args, "state_dict": weights, "tokenizer": tiny_tokenizer.to_bytes()}
+    torch.save(saved, path)
+    return path
+
+
+def forced(translator: Translator, src: list[int], tgt: list[int]) -> tuple[Tensor, float]:
+    """The model's own teacher-forced attention (T, N, S) and log p(tgt | src), EOS included."""
+    batch = collate([{"src_ids": src, "tgt_ids": tgt, "index": 0}])
+    inputs = [batch[key] for key in ("src", "src_lens", "src_mask", "tgt_in")]
+    with torch.no_grad():
+        logits, weights = translator.model(*inputs)
+    log_probs = logits.log_softmax(-1).gather(2, batch["tgt_out"].unsqueeze(2))
+    return weights[0], float(log_probs.sum())
+
+
+def test_word_alignment_by_hand() -> None:
+    source, target = "Ein kleiner  Hund", "A small dog"
+    src_spans = [(0, 3), (3, 9), (9, 11), (11, 13), (13, 17)]  # ▁Ein ▁klein er ▁ Hund
+    tgt_spans = [(0, 1), (1, 7), (7, 10), (10, 11)]  # ▁A ▁small ▁do g
+    weights = torch.tensor([[0.6, 0.1, 0.1, 0.0, 0.0, 0.2],  # ▁A; the last column is EOS
+                            [0.0, 0.3, 0.4, 0.0, 0.1, 0.2],  # ▁small
+                            [0.1, 0.0, 0.0, 0.2, 0.3, 0.4],  # ▁do
+                            [0.0, 0.1, 0.1, 0.0, 0.7, 0.1],  # g
+                            [0.0, 0.0, 0.0, 0.0, 0.1, 0.9]])  # </s>  # fmt: skip
+    assert word_spans_in_text(source, src_spans) == [0, 1, 1, 2, 2]  # the lone ▁ joins "Hund"
+    # Source columns add up, target rows average, EOS is dropped: 'dog' = mean(▁do, g).
+    expected = torch.tensor([[0.6, 0.2, 0.0], [0.0, 0.7, 0.1], [0.05, 0.1, 0.6]])
+    heads = torch.stack([weights + 0.05, weights - 0.05], 1)  # (T, N, S) whose mean is `weights`
+    for attention in (weights, heads):
+        words, links = word_alignment(attention, source, src_spans, target, tgt_spans)
+        torch.testing.assert_close(words, expected)
+        assert links == [(0, 0), (1, 1), (2, 2)]
+    # Source words' best target words: Ein -> A, kleiner -> small, Hund -> dog; a cut-off target
+    # word (no spans) is a zero row, so it links nowhere.
+    cut = (weights[[0, 1, 4]], source, src_spans, target, tgt_spans[:2], "src2tgt")
+    words, links = word_alignment(*cut)
+    assert words.shape == (3, 3) and (words[2] == 0).all() and links == [(0, 0), (1, 1), (2, 1)]
+
+
+def test_words_are_the_raw_whitespace_tokens(checkpoint: Path) -> None:
+    translator = Translator.load(checkpoint)
+    for sentence in TRICKY:  # normalisation adds (U+200B), drops (\x01) and changes characters
+        ids, spans = translator.tokenizer.encode_with_spans(sentence)
+        words = sentence.split()
+        for word, (start, end) in zip(word_spans_in_text(sentence, spans), spans, strict=True):
+            assert sentence[start:end].strip() in words[word]  # each subword inside its word
+    sources, targets = [*TRICKY[:2], "Zwei alte frauen"], [*TRICKY[2:], "Two old women sit"]
+    found = translator.align(sources, targets)
+    for result, source, target in zip(found, sources, targets, strict=True):
+        assert result.word_attention.shape == (len(target.split()), len(source.split()))
+        assert result.src_words == source.split() and result.tgt_words == target.split()
+        weights, score = forced(translator, *translator.tokenizer.encode_batch([source, target]))
+        torch.testing.assert_close(result.attention, weights)  # the model's reading of target
+        assert result.text == target and result.score == pytest.approx(score, abs=1e-4)
+
+
+def test_translations_carry_the_attention_of_the_chosen_hypotheses(checkpoint: Path) -> None:
+    translator = Translator.load(checkpoint)
+    sentences = ["Ein hund läuft im park", "", TRICKY[1]]
+    results = translator.translate(sentences, return_alignments=True, **NBEST)
+    assert results[1].text == "" and results[1].word_alignment == [] and not results[1].nbest
+    for sentence, best in zip(sentences[::2], results[::2], strict=True):
+        src_ids = translator.tokenizer.encode(sentence)
+        scores = [hyp.score for hyp in best.nbest]
+        assert (best.text, best.score) == (best.nbest[0].text, scores[0])
+        assert len({tuple(hyp.tgt_tokens) for hyp in best.nbest}) == 3  # 3 distinct hypotheses
+        assert scores == sorted(scores, reverse=True)  # length penalty 0: ranked by score ...
+        found = translator.search([src_ids], SearchConfig(**NBEST))
+        for hyp, hyp_ids in zip(best.nbest, found[0].tokens, strict=True):
+            # ... each with the attention and the score that the model gives it
+            assert hyp.tgt_tokens == [*translator.tokenizer.pieces(hyp_ids), "</s>"]
+            weights, score = forced(translator, src_ids, hyp_ids)
+            torch.testing.assert_close(hyp.attention, weights, atol=1e-5, rtol=1e-4)
+            assert hyp.score == pytest.approx(score, abs=1e-3)
+            assert hyp.word_attention.shape == (len(hyp.text.split()), len(sentence.split()))
+            assert len({t for _, t in hyp.word_alignment}) == len(hyp.word_alignment)  # tgt2src
+        as_json = json.loads(json.dumps(best.to_dict()))["nbest"][2]["word_alignment"]
+        assert as_json == [list(link) for link in best.nbest[2].word_alignment]
+
+
+def test_translate_writes_nbest_and_alignments(checkpoint: Path, tmp_path: Path, capsys) -> None:
+    lines = ["Ein hund läuft", "", "Der mann sieht ein kind"]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    args = f"{checkpoint} --input {tmp_path / 'in.txt'} --beam 3 --length-penalty 0".split()
+    api = Translator.load(checkpoint).translate(lines, return_alignments=True, **NBEST)
+    assert translate.main([*args, "--nbest", "3", "--alignments", "hard"]) == 0
+    out = [line.split(" ||| ") for line in capsys.readouterr().out.splitlines()]
+    assert [int(fields[0]) for fields in out] == [0, 0, 0, 1, 2, 2, 2]  # a blank line: one line
+    hyps = [*api[0].nbest, api[1], *api[2].nbest]
+    for (_, text, score, links), hyp in zip(out, hyps, strict=True):
+        assert (text, links) == (hyp.text, format_pharaoh(hyp.word_alignment))
+        assert float(score) == pytest.approx(hyp.score, abs=1e-4)
+    assert translate.main([*args, "--alignments", "soft"]) == 0
+    objects = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [o["line"] for o in objects] == [0, 1, 2] and objects[1]["text"] == ""
+    for found, expected in zip(objects, api, strict=True):
+        assert found["word_alignment"] == [list(link) for link in expected.word_alignment]
+        assert len(found["attention"]) == len(found["tgt_tokens"])  # (T, S), heads averaged
+        assert len(found["word_attention"]) == len(found["tgt_words"])
+
+
+@pytest.mark.slow  # four heatmaps, one of them 40 x 40 subwords, three panels
+def test_translate_keeps_lines_cuts_long_ones_and_plots_the_apis_attention(
+    checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    drawn, draw = [], seq2seq.plotting.alignment_figure
+    monkeypatch.setattr(
+        seq2seq.plotting, "alignment_figure", lambda w, *a, **k: drawn.append(w) or draw(w, *a, **k)
+    )
+    long = " ".join(list(LEXICON)[:30])
+    lines = ["Ein hund läuft", "", long, "Ein \ufffd kind", "  ", "Der mann sieht ein kind"]
+    raw = "\n".join(lines).encode().replace("\ufffd".encode(), b"\xff") + b"\n"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(raw)))
+    assert translate.main(f"{checkpoint} --beam 3 --plot-dir {tmp_path}".split()) == 0
+    out, err = capsys.readouterr()
+    assert len(out.split("\n")) == 7 and out.split("\n")[1] == out.split("\n")[4] == ""
+    assert "warning: line 3: the source has" in err and f"reads {MAX_LEN - 1}: cut" in err
+    assert "warning: line 4: bytes that are not UTF-8" in err and "Traceback" not in err
+    with pytest.warns(TruncatedInput, match="sentence 3: the source"):
+        api = Translator.load(checkpoint).translate(lines, beam=3)
+    plotted = [api[i].attention for i in (0, 2, 3, 5)]  # what the search chose, line by line
+    assert [torch.equal(w, a) for w, a in zip(drawn, plotted, strict=True)] == [True] * 4
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == [f"{n:06d}.png" for n in (1, 3, 4, 6)]
+    with pytest.warns(TruncatedInput, match="sentence 1: the target"):
+        [result] = Translator.load(checkpoint).align(["Ein hund"], [long])
+    assert result.word_attention.shape == (len(long.split()), 2)  # cut words align to nothing
+
+
+def test_val_aer_is_logged_when_the_corpus_has_gold_alignments(tmp_path: Path, recwarn) -> None:
+    corpus = write_corpus(tmp_path / "corpus")
+    sources, targets = ((corpus / f"val.{x}").read_text().splitlines() for x in ("de", "en"))
+    gold = []  # word for word, where "im" gives two English words
+    for line in sources:
+        ends = [0, *accumulate(len(LEXICON[word].split()) for word in line.lower().split())]
+        links = [f"{i}-{j}" for i in range(len(ends) - 1) for j in range(ends[i], ends[i + 1])]
+        gold.append(" ".join(links))
+    (corpus / "val.align").write_text("\n".join(gold) + "\n")
+    cfg = TrainConfig(data_dir=str(corpus), vocab_size=100, emb_size=16, hidden_size=32,
+                      batch_tokens=400, cache_dir=str(tmp_path / "cache"))  # fmt: skip
+    for with_gold in (True, False):
+        dm = TranslationDataModule(cfg)
+        dm.prepare_data()
+        dm.setup("fit")
+        system = TranslationSystem(build_model(model_args_from(cfg, dm.vocab_size)), dm.tokenizer)
+        trainer = L.Trainer(accelerator="cpu", max_steps=2, val_check_interval=2, logger=False,
+                            check_val_every_n_epoch=None, limit_val_batches=1,
+                            enable_checkpointing=False, enable_progress_bar=False,
+                            callbacks=[AlignmentErrorRate()])  # fmt: skip
+        trainer.fit(system, datamodule=dm)
+        if not with_gold:  # no gold file: nothing logged, nothing said
+            assert not {"val/aer", "val/align_recall"} & set(trainer.callback_metrics)
+            assert not [w for w in recwarn if "val/aer" in str(w.message)]
+            break
+        found = Translator(system.model, dm.tokenizer).align(sources, targets)
+        score = alignment_error_rate(
+            [r.word_alignment for r in found], read_pharaoh(corpus / "val.align")
+        )
+        assert float(trainer.callback_metrics["val/aer"]) == pytest.approx(score.aer)
+        assert float(trainer.callback_metrics["val/align_recall"]) == pytest.approx(score.recall)
+        (corpus / "val.align").unlink()
