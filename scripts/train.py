@@ -63,7 +63,7 @@ def train(cfg: TrainConfig) -> int:
     from lightning.pytorch.callbacks import EarlyStopping
     from lightning.pytorch.loggers import TensorBoardLogger
 
-    from seq2seq.callbacks import AttentionHeatmaps, TokensPerSecond
+    from seq2seq.callbacks import AlignmentErrorRate, AttentionHeatmaps, TokensPerSecond
     from seq2seq.data import TranslationDataModule
     from seq2seq.guards import NonFiniteLossGuard
     from seq2seq.models import build_model, model_args_from
@@ -119,6 +119,7 @@ def train(cfg: TrainConfig) -> int:
         *checkpoint_callbacks(ckpt_dir, cfg.keep_best),
         TokensPerSecond(),
         NonFiniteLossGuard(),
+        AlignmentErrorRate(),  # val/aer, when the corpus has a gold <val split>.align file
     ]
     if cfg.heatmap_every > 0:
         callbacks.append(AttentionHeatmaps(cfg.heatmap_every, cfg.heatmap_sentences))
