@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from seq2seq import callbacks
 from seq2seq.batching import collate
 from seq2seq.config import TrainConfig
 from seq2seq.loss import batch_loss
@@ -70,19 +71,41 @@ class GradientOfFirstUpdate(L.Callback):
             }
 
 
+class SecondPerReading:
+    """A clock for TokensPerSecond that moves one second per reading: a window that opens at the
+    first batch and is read once at the update has lasted 1 s, so tokens/sec = the tokens counted."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
 def one_update(
     system: TranslationSystem, batches: list[dict], **trainer_kwargs: object
 ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
     """Fit `system` for one update over `batches` (accumulated); its gradient and logged metrics."""
     capture = GradientOfFirstUpdate()
     trainer = L.Trainer(
-        accelerator="cpu", max_steps=1, accumulate_grad_batches=len(batches), callbacks=[capture],
+        accelerator="cpu", max_steps=1, accumulate_grad_batches=len(batches),
+        callbacks=[capture, callbacks.TokensPerSecond()], log_every_n_steps=1,
         limit_val_batches=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False, use_distributed_sampler=False,  # each rank: its own batches
         **trainer_kwargs,
     )  # fmt: skip
-    trainer.fit(system, DataLoader(batches, batch_size=None))  # each item is a collated batch
+    clock, callbacks.time = callbacks.time, SecondPerReading()
+    try:
+        trainer.fit(system, DataLoader(batches, batch_size=None))  # each item is a collated batch
+    finally:
+        callbacks.time = clock
     return capture.grads, {k: float(v) for k, v in trainer.callback_metrics.items()}
+
+
+def tokens(parts: list[list[dict]]) -> int:
+    """Real target tokens of the pairs (EOS included)."""
+    return sum(len(item["tgt_ids"]) + 1 for part in parts for item in part)
 
 
 def test_two_accumulated_half_batches_give_the_gradient_of_one_full_batch() -> None:
@@ -97,6 +120,9 @@ def test_two_accumulated_half_batches_give_the_gradient_of_one_full_batch() -> N
     # The logged loss is the update's loss per real token, not the last micro-batch's.
     assert split_metrics["train/loss"] == pytest.approx(loss, rel=1e-5)
     assert full_metrics["train/loss"] == pytest.approx(loss, rel=1e-5)
+    # tokens/sec counts both batches, once, at the update (1 s by the clock above).
+    assert split_metrics["train/tokens_per_sec"] == full_metrics["train/tokens_per_sec"]
+    assert split_metrics["train/tokens_per_sec"] == tokens(halves)
     # A mean per batch, averaged over the two batches, is another gradient: the test can tell.
     a, b = (reference([half])[0] for half in halves)
     assert any(not torch.allclose((a[n] + b[n]) / 2, expected[n]) for n in expected)
@@ -138,6 +164,8 @@ def test_two_ranks_with_two_accumulated_batches_each_give_the_gradient_of_one_ba
         for name in expected:
             torch.testing.assert_close(result["grads"][name], expected[name])
         assert result["metrics"]["train/loss"] == pytest.approx(loss, rel=1e-5)
+        # The job's tokens per second: both ranks' batches, summed at the update.
+        assert result["metrics"]["train/tokens_per_sec"] == tokens(parts)
 
 
 def ddp_worker(out: Path) -> None:
