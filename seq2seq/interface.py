@@ -39,6 +39,7 @@ class Seq2Seq(nn.Module):
 
     generator: nn.Module
     model_args: dict
+    max_len: int | None = None  # the longest sequence the model reads (None: no limit)
 
     def encode(self, src: Tensor, src_lens: Tensor, src_mask: Tensor) -> State:
         """Args: src (B, S) ids; src_lens (B,); src_mask (B, S) bool. Returns the initial decoder state."""

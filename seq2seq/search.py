@@ -1,4 +1,4 @@
-"""Decoding over the model interface of seq2seq.models: encode once, then `step`, reorder for beams.
+"""Decoding over the model interface of seq2seq.interface: encode once, then `step`, reorder for beams.
 
 Beam search keeps, per sentence, K open hypotheses (never containing EOS) and the K best finished
 ones, all as (B, K) tensors, so a step is a handful of tensor ops for the whole batch. Of the 2K best
@@ -22,10 +22,7 @@ from seq2seq.errors import UserError
 from seq2seq.interface import Seq2Seq, reorder_state
 from seq2seq.tokenizer import BOS, EOS, PAD
 
-NEVER = (
-    PAD,
-    BOS,
-)  # ids a translation never contains; banned after the softmax, so scores stay true
+NEVER = (PAD, BOS)  # ids a translation never contains; banned after the softmax: scores stay true
 
 
 def _setting(default: float, help: str) -> Any:
@@ -34,10 +31,8 @@ def _setting(default: float, help: str) -> Any:
 
 @dataclass(frozen=True)
 class SearchConfig:
-    """How to decode: the one home of the search defaults (scripts map their flags onto it).
-
-    A bad value is a UserError naming the setting.
-    """
+    """How to decode: the one home of the search defaults (scripts map their flags onto it). A bad
+    value is a UserError naming the setting."""
 
     beam: int = _setting(5, "beam size K (1: greedy search)")
     length_penalty: float = _setting(1.0, "alpha of the GNMT length penalty ((5 + len) / 6)^alpha")
@@ -81,6 +76,12 @@ class Hypotheses:
     nbest: "list[Hypotheses] | None" = None
 
 
+def output_limits(model: Seq2Seq, search: SearchConfig, src_lens: Tensor) -> Tensor:
+    """`search.limits`, and never past what the model reads (a Transformer's positions). (B,)."""
+    limits = search.limits(src_lens)  # (B,)
+    return limits if model.max_len is None else limits.clamp(max=model.max_len)
+
+
 def gnmt_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
     """GNMT length penalty lp = ((5 + length) / 6)^alpha; alpha = 0 ranks by raw log-probability."""
     return ((5.0 + length) / 6.0) ** alpha
@@ -102,7 +103,7 @@ def greedy_search(
     """
     B = src.size(0)
     state = model.encode(src, src_lens, src_mask)
-    limits = search.limits(src_lens)  # (B,)
+    limits = output_limits(model, search, src_lens)  # (B,)
     prev = torch.full((B,), BOS, dtype=torch.long, device=src.device)  # (B,)
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B,)
     scores = torch.zeros(B, device=src.device)  # (B,)
@@ -157,7 +158,7 @@ def beam_search(
     state = reorder_state(
         model.encode(src, src_lens, src_mask), torch.arange(B, device=dev).repeat_interleave(K)
     )
-    limits = search.limits(src_lens).to(dev)  # (B,)
+    limits = output_limits(model, search, src_lens).to(dev)  # (B,)
     active = torch.arange(B, device=dev)  # (R,) the sentences still decoding
     alive = torch.full((B, K), -torch.inf, device=dev)  # (R, K) log-prob of each open hypothesis
     alive[:, 0] = 0.0  # the K rows start identical: only one may be extended at step 0

@@ -203,6 +203,11 @@ class TransformerSeq2Seq(Seq2Seq):
         x = embedding(tokens) * math.sqrt(self.d_model) + self.positions(positions)  # (B, T, H)
         return self.dropout(x)
 
+    @property
+    def max_len(self) -> int:
+        """The longest source or target the position table covers."""
+        return self.positions.max_len
+
     def _check_length(self, length: int, what: str) -> None:
         if length > self.positions.max_len:
             raise ValueError(f"{what} of {length} tokens exceeds max_len {self.positions.max_len}")

@@ -24,7 +24,7 @@ grows past it. The GRU has no limit. The scripts (evaluate.py, translate.py) are
 
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -97,16 +97,6 @@ class TruncatedInput(UserWarning):
         self.index, self.detail = index, detail
 
 
-@dataclass(frozen=True)
-class _CappedSearch(SearchConfig):
-    """A SearchConfig whose output limits never pass `cap` (a Transformer's position table)."""
-
-    cap: int = 1
-
-    def limits(self, src_lens: Tensor) -> Tensor:
-        return super().limits(src_lens).clamp(max=self.cap)  # (B,)
-
-
 def word_alignment(
     weights: Tensor,
     source: str,
@@ -142,7 +132,7 @@ class Translator:
         self.device = torch.device(device)
         self.model, self.tokenizer = model.to(self.device).eval(), tokenizer
         # The Transformer's position table bounds every length; the GRU has none (None).
-        self.max_len: int | None = getattr(getattr(model, "positions", None), "max_len", None)
+        self.max_len = model.max_len
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu") -> "Translator":
@@ -226,9 +216,6 @@ class Translator:
     ) -> list[Hypotheses]:
         """Search for each source (ids without EOS, at most `max_len` - 1 of them): per sentence, its
         `search.nbest` best hypotheses (fewer if the beam found fewer), best first, on the CPU."""
-        if self.max_len is not None:
-            values = {f.name: getattr(search, f.name) for f in fields(SearchConfig)}
-            search = _CappedSearch(**values, cap=self.max_len)
         found: list[Hypotheses] = [None] * len(src_ids)  # type: ignore[list-item]
         items = [{"src_ids": ids, "index": i} for i, ids in enumerate(src_ids)]
         for batch in self._batches(items, batch_tokens, batch_size):
