@@ -16,7 +16,11 @@ def build_trainer(cfg: TrainConfig, callbacks: list, logger) -> "L.Trainer":  # 
     from seq2seq.runs import AtomicCheckpointIO
 
     val_kwargs = (
-        {"val_check_interval": cfg.val_every, "check_val_every_n_epoch": None}
+        # Lightning counts batches here, not updates: each update is accumulate_grad_batches of them.
+        {
+            "val_check_interval": cfg.val_every * cfg.accumulate_grad_batches,
+            "check_val_every_n_epoch": None,
+        }
         if cfg.val_every
         else {"check_val_every_n_epoch": 1}
     )
