@@ -133,7 +133,9 @@ def test_a_model_forced_to_emit_eos_stops_at_once(beam: int) -> None:
     torch.manual_seed(0)
     model = EOSModel(V, emb_size=8, hidden_size=12, dropout=0.0).eval()
     src, lens, mask = tiny_batch([4, 2])
-    hyps = translate_batch(model, {"src": src, "src_lens": lens, "src_mask": mask}, SearchConfig(beam=beam))
+    hyps = translate_batch(
+        model, {"src": src, "src_lens": lens, "src_mask": mask}, SearchConfig(beam=beam)
+    )
     assert hyps.tokens == [[], []]
     assert [w.shape for w in hyps.weights] == [(1, 4), (1, 2)]
     assert model.steps <= (1 if beam > 1 else 4)  # greedy checks for the end every 4 steps
@@ -161,7 +163,9 @@ def test_weights_cover_each_output_token_and_sum_to_one(beam: int, heads: bool) 
         V, emb_size=8, hidden_size=12, dropout=0.0
     ).eval()
     src, lens, mask = tiny_batch([7, 5, 3, 1])
-    hyps = translate_batch(model, {"src": src, "src_lens": lens, "src_mask": mask}, SearchConfig(beam=beam))
+    hyps = translate_batch(
+        model, {"src": src, "src_lens": lens, "src_mask": mask}, SearchConfig(beam=beam)
+    )
     for ids, weights, n in zip(hyps.tokens, hyps.weights, lens.tolist(), strict=True):
         assert weights.shape == ((len(ids) + 1, 2, n) if heads else (len(ids) + 1, n))
         torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
