@@ -28,24 +28,30 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     ordered by a generator seeded with `seed + epoch`; each rank takes every `num_replicas`-th batch
     and the remainder is dropped, so all ranks take the same number of steps. Without it, batches
     are length-sorted and every example lands on exactly one rank; batches are split (never
-    repeated) to even the counts.
+    repeated) to even the counts. Batches yield `rows[i]` for example i (default: i itself).
+
+    An epoch's batches are built once, with numpy, and kept as arrays: the examples in batch order
+    (N,) and this rank's batch bounds (2, M); an iterated batch becomes a list only when it is used.
     """
 
     def __init__(
         self,
-        lengths: Sequence[int],
+        lengths: Sequence[int] | np.ndarray,
         batch_tokens: int,
         shuffle: bool = False,
         seed: int = 1,
         num_replicas: int = 1,
         rank: int = 0,
+        rows: np.ndarray | None = None,
     ) -> None:
         if batch_tokens < 1:
             raise UserError(f"--batch-tokens {batch_tokens} must be positive")
-        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.lengths = np.asarray(lengths, dtype=np.int32)  # (N,)
+        self.rows = rows
         self.batch_tokens, self.shuffle, self.seed = batch_tokens, shuffle, seed
         self.num_replicas, self.rank, self.epoch = num_replicas, rank, 0
         self.skip = 0  # batches to leave out of the next pass only (a run resumed mid-epoch)
+        self._cache: tuple[int, np.ndarray, np.ndarray] | None = None  # (epoch, order, bounds)
 
     @property
     def sampler(self) -> TokenBudgetBatchSampler:
@@ -55,37 +61,66 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def _batches(self) -> list[list[int]]:
-        order = np.argsort(self.lengths, kind="stable")
+    def _batches(self) -> tuple[np.ndarray, np.ndarray]:
+        """This epoch's examples in batch order (N,) and this rank's batches as bounds (2, M)."""
+        if self._cache is None or self._cache[0] != self.epoch:
+            self._cache = None  # the last epoch's arrays go before the new ones are made
+            self._cache = (self.epoch, *self._build())
+        return self._cache[1], self._cache[2]
+
+    def _build(self) -> tuple[np.ndarray, np.ndarray]:
+        n, replicas = len(self.lengths), self.num_replicas
+        index = np.int32 if n < 2**31 else np.int64
+        keys = self.lengths
+        if keys.size and keys.max() < 2**16:
+            keys = keys.astype(np.uint16)  # numpy sorts 16-bit keys stably by radix: O(N)
         if self.shuffle:
             gen = torch.Generator().manual_seed(self.seed + self.epoch)
-            perm = torch.randperm(len(self.lengths), generator=gen).numpy()
-            order = perm[np.argsort(self.lengths[perm], kind="stable")]  # sorted, random ties
-        lengths, batches = self.lengths.tolist(), []
-        for i in order.tolist():  # ascending, so the newcomer is the longest in its batch
-            if batches and (len(batches[-1]) + 1) * lengths[i] <= self.batch_tokens:
-                batches[-1].append(i)
-            else:
-                batches.append([i])
-        replicas = self.num_replicas
+            perm = torch.randperm(n, generator=gen, dtype=torch.int32).numpy().astype(index)
+            order = perm[np.argsort(keys[perm], kind="stable")]  # (N,) sorted, random ties
+        else:
+            order = np.argsort(keys, kind="stable").astype(index)  # (N,)
+        starts = _greedy_starts(self.lengths[order], self.batch_tokens)  # (M,)
+        bounds = np.stack([starts, np.append(starts[1:], n)[: len(starts)]])  # (2, M)
         if self.shuffle:
-            batches = [batches[j] for j in torch.randperm(len(batches), generator=gen).tolist()]
+            bounds = bounds[:, torch.randperm(bounds.shape[1], generator=gen).numpy()]
             # Dropped batches differ every epoch; a corpus with too few batches is repeated.
-            keep = len(batches) - len(batches) % replicas if len(batches) >= replicas else replicas
-            batches = (batches * replicas)[:keep] if batches else []
-        while len(batches) % replicas and max(map(len, batches)) > 1:
-            j = max(range(len(batches)), key=lambda k: len(batches[k]))
-            half = len(batches[j]) // 2  # halving keeps the budget and drops no example
-            batches[j : j + 1] = [batches[j][:half], batches[j][half:]]
-        return batches[self.rank :: replicas]
+            count = bounds.shape[1]
+            keep = count - count % replicas if count >= replicas else replicas
+            bounds = np.tile(bounds, replicas)[:, :keep] if count else bounds  # (2, M')
+        while bounds.shape[1] % replicas and (bounds[1] - bounds[0]).max() > 1:
+            j = int(np.argmax(bounds[1] - bounds[0]))  # the first largest batch
+            half = bounds[0, j] + (bounds[1, j] - bounds[0, j]) // 2  # halving keeps the budget
+            bounds = np.insert(bounds, j + 1, [half, bounds[1, j]], axis=1)  # (2, M + 1)
+            bounds[1, j] = half
+        return order, bounds[:, self.rank :: replicas]
 
     def __iter__(self) -> Iterator[list[int]]:
         # __len__ stays the full count: Lightning resumes its batch counter at the skipped ones.
-        batches, self.skip = self._batches()[self.skip :], 0
-        return iter(batches)
+        order, bounds = self._batches()
+        skip, self.skip = self.skip, 0
+        for start, end in bounds[:, skip:].T.tolist():
+            batch = order[start:end]
+            yield (batch if self.rows is None else self.rows[batch]).tolist()
 
     def __len__(self) -> int:
-        return len(self._batches())
+        return self._batches()[1].shape[1]
+
+
+def _greedy_starts(lengths: np.ndarray, budget: int) -> np.ndarray:
+    """Where each batch starts in ascending `lengths` (N,) when examples are added in order while
+    (batch size + 1) * newcomer's length <= budget: the greedy fill, one numpy step per distinct
+    length. Within a run of equal length L a batch holds at most budget // L examples (at least 1)."""
+    counts = np.bincount(lengths) if lengths.size else np.zeros(0, np.int64)
+    starts, open_size, first = [], None, 0  # open_size: examples in the batch being filled
+    for length in np.flatnonzero(counts).tolist():
+        m, cap = int(counts[length]), budget // max(length, 1)
+        join = 0 if open_size is None else max(0, min(m, cap - open_size))
+        new = np.arange(first + join, first + m, max(cap, 1))  # the rest: fresh batches
+        starts.append(new)
+        open_size = first + m - int(new[-1]) if new.size else open_size + join
+        first += m
+    return np.concatenate(starts) if starts else np.zeros(0, np.int64)  # (M,)
 
 
 def pad_batch(seqs: list[list[int]]) -> tuple[Tensor, Tensor, Tensor]:

@@ -7,12 +7,19 @@ encode sources and decode hypotheses.
 from __future__ import annotations
 
 import io
+import multiprocessing
 import os
 import re
+import sys
 import tempfile
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from itertools import chain, islice
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import sentencepiece as spm
 
 from seq2seq.errors import UserError
@@ -23,7 +30,7 @@ PAD, UNK, BOS, EOS = 0, 1, 2, 3
 # model (versions differ too: 0.2.2 and 0.2.3 share 6,409 of 8,000 pieces). One thread takes 3 s here.
 TRAIN_THREADS = 1
 # Part of cached model names: bumped when the training recipe changes, so old caches are not reused.
-RECIPE = "t1"
+RECIPE = "t2"
 
 
 class Tokenizer:
@@ -39,8 +46,11 @@ class Tokenizer:
         self._sp = processor
 
     @classmethod
-    def train(cls, texts: Iterable[str], vocab_size: int, model_type: str = "unigram") -> Tokenizer:
-        """Train a model in memory on `texts` (both sides of the training split)."""
+    def train(
+        cls, texts: Iterable[str], vocab_size: int, model_type: str = "unigram", sample: int = 0
+    ) -> Tokenizer:
+        """Train a model in memory on `texts` (a sample of both sides of the training split, see
+        `sample_sentences`); `sample` > 0: sentencepiece keeps at most that many of them."""
         model = io.BytesIO()
         try:
             spm.SentencePieceTrainer.train(
@@ -53,6 +63,9 @@ class Tokenizer:
                 bos_id=BOS,
                 eos_id=EOS,
                 character_coverage=1.0,
+                # A guard (our sample is never larger), which sentencepiece takes only above 100.
+                input_sentence_size=sample if sample > 100 else 0,
+                shuffle_input_sentence=True,
                 num_threads=TRAIN_THREADS,
                 minloglevel=2,  # sentencepiece otherwise prints hundreds of lines to stderr
             )
@@ -90,9 +103,16 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         return self._sp.encode(text, out_type=int)
 
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        # One C++ call for the whole list; sentencepiece spreads it over its own threads.
-        return self._sp.encode(texts, out_type=int)
+    def encode_batch(self, texts: list[str], threads: int = -1) -> list[list[int]]:
+        """One C++ call for the whole list, on `threads` threads (-1: sentencepiece's default)."""
+        return self._sp.encode(texts, out_type=int, num_threads=threads)
+
+    def encode_flat(self, texts: list[str], dtype: type) -> tuple[np.ndarray, np.ndarray]:
+        """Lengths (B,) int64 and all ids one after another (sum of lengths,) as `dtype`, compact
+        to send between processes; on one thread, as processes share the cores."""
+        ids = self.encode_batch(texts, threads=1) if texts else []
+        lengths = np.fromiter(map(len, ids), np.int64, len(ids))  # (B,)
+        return lengths, np.fromiter(chain.from_iterable(ids), dtype, int(lengths.sum()))
 
     def decode(self, ids: list[int]) -> str:
         """Text of `ids`, ignoring PAD and BOS and everything from the first EOS on."""
@@ -108,18 +128,6 @@ class Tokenizer:
         """Subword strings of `ids` (for attention plot axes)."""
         return [self._sp.id_to_piece(int(i)) for i in ids]
 
-    def encode_with_spans(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
-        """`encode(text)` and, per id, the (start, end) characters of the raw `text` it covers,
-        normalisation undone (empty for a marker sentencepiece added); for word alignments."""
-        proto = self._sp.encode(text, return_type="proto")
-        return [p.id for p in proto.pieces], _char_spans(text, proto.pieces)
-
-    def decode_with_spans(self, ids: list[int]) -> tuple[str, list[tuple[int, int]]]:
-        """The text of `ids` (no BOS, EOS or PAD among them) and, per id, its (start, end)
-        characters in that text."""
-        proto = self._sp.decode([int(i) for i in ids], return_type="proto")
-        return proto.text, _char_spans(proto.text, proto.pieces)
-
     def __getstate__(self) -> dict[str, bytes]:
         # The SWIG processor does not pickle; DataLoader workers and deepcopy need this.
         return {"model": self.to_bytes()}
@@ -128,34 +136,106 @@ class Tokenizer:
         self._sp = Tokenizer.from_bytes(state["model"])._sp
 
 
-def _char_spans(text: str, pieces: Iterable) -> list[tuple[int, int]]:
-    """sentencepiece's UTF-8 byte offsets (`begin`, `end` of each piece) as character offsets."""
-    char_of_byte, byte = {0: 0}, 0
-    for i, char in enumerate(text):
-        byte += len(char.encode())
-        char_of_byte[byte] = i + 1
-    return [(char_of_byte[p.begin], char_of_byte[p.end]) for p in pieces]
+Texts = Any  # anything with lists of sentences `src` and `tgt`: seq2seq.corpus.Pairs
+_worker: Tokenizer | None = None  # the tokenizer of an encoding process, set by _start_worker
+
+
+def encode_chunks(
+    chunks: Iterator[Texts], tokenizer: Tokenizer, workers: int, dtype: type
+) -> Iterator[tuple[Texts, tuple[np.ndarray, ...]]]:
+    """(chunk, (src lengths, src ids, tgt lengths, tgt ids)) in order, see `encode_flat`; with
+    `workers` > 1 encoded by that many processes while the caller reads and writes, two chunks a
+    worker in flight at most, so memory stays flat."""
+    first = list(islice(chunks, 2))  # one chunk alone is not worth starting processes for
+    chunks = chain(first, chunks)
+    if workers <= 1 or len(first) < 2:
+        yield from ((c, _encode_pair(tokenizer, c.src, c.tgt, dtype)) for c in chunks)
+        return
+    # fork: workers start at once and share this process's pages; they use sentencepiece and
+    # numpy only (no torch, no threads of the parent's). Elsewhere (macOS) spawn, its safe default.
+    context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+    model = tokenizer.to_bytes()
+    with ProcessPoolExecutor(
+        workers, context, initializer=_start_worker, initargs=(model,)
+    ) as pool:
+        pending: deque = deque()
+        for chunk in chunks:
+            pending.append((chunk, pool.submit(_encode_pair, None, chunk.src, chunk.tgt, dtype)))
+            if len(pending) >= 2 * workers:
+                done, future = pending.popleft()
+                yield done, future.result()
+        yield from ((done, future.result()) for done, future in pending)
+
+
+def _start_worker(model: bytes) -> None:
+    global _worker
+    _worker = Tokenizer.from_bytes(model)
+
+
+def _encode_pair(
+    tokenizer: Tokenizer | None, src: list[str], tgt: list[str], dtype: type
+) -> tuple[np.ndarray, ...]:
+    tokenizer = tokenizer or _worker  # None in a worker process: its own copy
+    return (*tokenizer.encode_flat(src, dtype), *tokenizer.encode_flat(tgt, dtype))
+
+
+def sample_sentences(batches: Iterable[Sequence[str]], size: int, seed: int) -> list[str]:
+    """A uniform random sample of `size` sentences from a stream of batches (the whole stream when
+    it is shorter), the same for the same stream and seed, in memory of `size` sentences.
+
+    Reservoir sampling (Algorithm R): sentence t of the stream (0-based) replaces a random one of
+    the sample with probability size / (t + 1); the draws are numpy's, one call per batch.
+    """
+    rng, sample, seen = np.random.default_rng(seed), [], 0
+    for batch in batches:
+        fill = min(size - len(sample), len(batch))  # the sample is not full yet: take them all
+        sample += batch[:fill]
+        if fill < len(batch):
+            slots = rng.integers(
+                0, np.arange(seen + fill, seen + len(batch)) + 1
+            )  # uniform in [0, t]
+            hits = np.flatnonzero(slots < size)
+            for i, slot in zip((hits + fill).tolist(), slots[hits].tolist(), strict=True):
+                sample[slot] = batch[i]  # in stream order: a later hit on a slot wins
+        seen += len(batch)
+    return sample
+
+
+def tokenizer_path(cache_dir: str | Path, key: str, vocab_size: int) -> Path:
+    """Where `load_or_train_tokenizer` keeps the model for `key` and `vocab_size`."""
+    return Path(cache_dir) / f"spm-{key}-v{vocab_size}-{RECIPE}.model"
+
+
+def load_tokenizer(path: Path) -> Tokenizer:
+    """A cached model; a corrupt file is a UserError naming it."""
+    try:
+        return Tokenizer.from_bytes(path.read_bytes())
+    except UserError as err:
+        raise UserError(f"{path}: {err} (delete it to retrain)") from None
 
 
 def load_or_train_tokenizer(
-    cache_dir: Path, texts_fn: Callable[[], Iterable[str]], vocab_size: int, key: str
+    cache_dir: Path,
+    texts_fn: Callable[[], Iterable[str]],
+    vocab_size: int,
+    key: str,
+    sample: int = 0,
 ) -> Tokenizer:
-    """Load `cache_dir/spm-{key}-v{vocab_size}-{RECIPE}.model`, or train it from `texts_fn()` and cache it.
+    """Load `tokenizer_path(cache_dir, key, vocab_size)`, or train it from `texts_fn()` and cache it.
 
     Args:
         cache_dir: folder for cached models (created if missing).
         texts_fn: called only on a cache miss; yields the training sentences.
         vocab_size: number of pieces, specials included.
-        key: corpus identity and settings (name, langs, limit, file hash); must be filename-safe.
+        key: corpus identity and settings (name, langs, limit, file hash, sample size and seed);
+            must be filename-safe.
+        sample: at most this many sentences are trained on (0: all); see `Tokenizer.train`.
     """
     cache_dir = Path(cache_dir)
-    path = cache_dir / f"spm-{key}-v{vocab_size}-{RECIPE}.model"
+    path = tokenizer_path(cache_dir, key, vocab_size)
     if path.exists():
-        try:
-            return Tokenizer.from_bytes(path.read_bytes())
-        except UserError as err:
-            raise UserError(f"{path}: {err} (delete it to retrain)") from None
-    tokenizer = Tokenizer.train(texts_fn(), vocab_size)
+        return load_tokenizer(path)
+    tokenizer = Tokenizer.train(texts_fn(), vocab_size, sample=sample)
     cache_dir.mkdir(parents=True, exist_ok=True)
     # Write beside the target, then rename: a crash (or a second process) never sees half a model.
     fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=f".{path.name}.", suffix=".tmp")

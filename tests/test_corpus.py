@@ -4,6 +4,8 @@ import shutil
 from pathlib import Path
 
 import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from seq2seq import corpus
@@ -132,17 +134,8 @@ def test_bad_tsv_and_jsonl_rows_name_the_line(tmp_path: Path) -> None:
 def test_hub_translation_and_flat_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rows = {"de": ["ein hund", "", "zwei"], "en": ["a dog", "x", "two"]}
     flat = datasets.DatasetDict({"validation": datasets.Dataset.from_dict(rows)})
-    wmt = datasets.DatasetDict(
-        {
-            "train": datasets.Dataset.from_dict(
-                {
-                    "translation": [
-                        dict(zip(rows, r, strict=True)) for r in zip(*rows.values(), strict=True)
-                    ]
-                }
-            )
-        }
-    )
+    as_dicts = [dict(zip(rows, r, strict=True)) for r in zip(*rows.values(), strict=True)]
+    wmt = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"translation": as_dicts})})
     hubs = {"bentrevett/multi30k": flat, "wmt-like": wmt}
     monkeypatch.setattr(datasets, "load_dataset", lambda hub_id, *config: hubs[hub_id])
     monkeypatch.setattr(corpus, "SHARED_DATA", tmp_path / "shared")
@@ -152,3 +145,56 @@ def test_hub_translation_and_flat_columns(tmp_path: Path, monkeypatch: pytest.Mo
         assert source.langs(source.find_split(split)) == ["de", "en"]
         pairs = read_pairs(source, split, "de", "en")
         assert (pairs.src, pairs.tgt, pairs.empty) == (["ein hund", "zwei"], ["a dog", "two"], 1)
+        chunks = corpus.stream_pairs(source, split, "de", "en", chunk_size=2)  # streams, too
+        assert [(c.src, c.empty) for c in chunks] == [(["ein hund"], 1), (["zwei"], 0)]
+
+
+def _whole_file_pairs(folder: Path, split: str) -> tuple[list[str], list[str], int]:
+    """The pre-streaming reader, as a reference: whole files, split on '\\n', stripped, blanks out."""
+    sides = []
+    for lang in ("de", "en"):
+        path = next(folder.glob(f"{split}.{lang}*"))
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        lines = raw.decode().split("\n")
+        sides.append([s.strip() for s in (lines[:-1] if lines[-1] == "" else lines)])
+    kept = [(s, t) for s, t in zip(*sides, strict=True) if s and t]
+    return [s for s, _ in kept], [t for _, t in kept], len(sides[0]) - len(kept)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 10_000])
+def test_streaming_equals_whole_file_read(tmp_path: Path, tiny_corpus: Path, chunk: int) -> None:
+    for name in ("plain", "gz"):
+        folder = shutil.copytree(tiny_corpus, tmp_path / name)
+        for lang, first in [("de", "\n"), ("en", "A lone line\r\n")]:  # a blank pair, a CRLF
+            path = folder / f"train.{lang}"
+            path.write_bytes(first.encode() + path.read_bytes() + b"  \n")  # and a blank last line
+            if name == "gz":
+                path.with_name(path.name + ".gz").write_bytes(gzip.compress(path.read_bytes()))
+                path.unlink()
+        src, tgt, empty = _whole_file_pairs(folder, "train")
+        source = resolve_corpus(name, str(folder))
+        chunks = list(corpus.stream_pairs(source, "train", "de", "en", chunk_size=chunk))
+        assert all(len(c) + c.empty <= chunk for c in chunks)
+        assert [s for c in chunks for s in c.src] == src and empty == 2
+        assert ([t for c in chunks for t in c.tgt], sum(c.empty for c in chunks)) == (tgt, empty)
+        limited = list(corpus.stream_pairs(source, "train", "de", "en", limit=9, chunk_size=chunk))
+        assert [s for c in limited for s in c.src] == src[:9]
+
+
+def test_parquet_folder_reads_like_a_hub_dataset(tmp_path: Path, tiny_corpus: Path) -> None:
+    de, en = _lines(tiny_corpus, "train.de"), _lines(tiny_corpus, "train.en")
+    shards = tmp_path / "hubby" / "data"
+    shards.mkdir(parents=True)
+    for i, part in enumerate((slice(0, 120), slice(120, None))):  # two shards, hub names
+        rows = [{"de": d, "en": e} for d, e in zip(de[part], en[part], strict=True)]
+        pq.write_table(pa.table({"translation": rows}), shards / f"train-0000{i}-of-00002.parquet")
+    pq.write_table(
+        pa.table({"en": en[:5], "de": de[:5], "n": list(range(5))}), shards / "val.parquet"
+    )
+    source = resolve_corpus("hubby", str(tmp_path / "hubby"))
+    assert source.splits() == ["train", "val"] and source.langs("train") == ["de", "en"]
+    chunks = list(corpus.stream_pairs(source, "train", "en", "de", chunk_size=50))
+    assert [len(c) for c in chunks] == [50, 50, 20, 50, 30]  # never more than a chunk in memory
+    assert [s for c in chunks for s in c.src] == en and [t for c in chunks for t in c.tgt] == de
+    assert source.langs("val") == ["de", "en"]  # string columns only
+    assert read_pairs(source, "val", "de", "en").tgt == en[:5]

@@ -2,26 +2,31 @@ import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
-import datasets
+import numpy as np
 import pytest
 import torch
 from lightning.fabric.utilities.data import _set_sampler_epoch
 
+from seq2seq.config import TrainConfig
 from seq2seq.data import TokenBudgetBatchSampler, TranslationDataModule, collate, source_loader
+from seq2seq.errors import UserError
 from seq2seq.tokenizer import BOS, EOS, PAD, Tokenizer
 
 BUDGET = 64
 
 
-@pytest.fixture(scope="module")
-def dm(tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> TranslationDataModule:
-    cache = tmp_path_factory.mktemp("cache")
-    module = TranslationDataModule(
-        data_dir=str(tiny_corpus), vocab_size=100, batch_tokens=BUDGET, cache_dir=str(cache)
-    )
+def _module(corpus: Path, cache: Path, **settings: object) -> TranslationDataModule:
+    test_split = settings.pop("test_split", None)
+    cfg = TrainConfig(data_dir=str(corpus), cache_dir=str(cache), **{"vocab_size": 100, **settings})
+    module = TranslationDataModule(cfg, test_split=test_split)
     module.prepare_data()
     module.setup("fit")
     return module
+
+
+@pytest.fixture(scope="module")
+def dm(tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> TranslationDataModule:
+    return _module(tiny_corpus, tmp_path_factory.mktemp("cache"), batch_tokens=BUDGET)
 
 
 def _check_batch(batch: dict[str, torch.Tensor], budget: int) -> None:
@@ -29,17 +34,13 @@ def _check_batch(batch: dict[str, torch.Tensor], budget: int) -> None:
     assert batch["src_mask"].sum(1).tolist() == src_lens.tolist()
     assert len(src_lens) * max(batch["src"].shape[1], batch["tgt_out"].shape[1]) <= budget
     assert (batch["src"][~batch["src_mask"]] == PAD).all()
-    assert (batch["tgt_in"][~batch["tgt_mask"]] == PAD).all()
     assert (batch["tgt_out"][~batch["tgt_mask"]] == PAD).all()
     rows = torch.arange(len(src_lens))
     assert (batch["src"][rows, src_lens - 1] == EOS).all()
     assert (batch["tgt_out"][rows, tgt_lens - 1] == EOS).all()
     assert (batch["tgt_in"][:, 0] == BOS).all()
-    # Teacher forcing: the input is the output shifted right by one.
-    assert torch.equal(
-        batch["tgt_in"][:, 1:] * batch["tgt_mask"][:, 1:],
-        batch["tgt_out"][:, :-1] * batch["tgt_mask"][:, 1:],
-    )
+    mask = batch["tgt_mask"][:, 1:]  # teacher forcing: the input is the output shifted right
+    assert torch.equal(batch["tgt_in"][:, 1:] * mask, batch["tgt_out"][:, :-1] * mask)
 
 
 def test_collate_pads_with_zero_and_masks_match_lengths() -> None:
@@ -64,22 +65,47 @@ def test_train_batches_respect_budget_and_cover_the_split(dm: TranslationDataMod
     assert sorted(seen) == list(range(200))
 
 
-def test_overlong_example_is_a_batch_of_one() -> None:
-    batches = list(TokenBudgetBatchSampler([3, 100, 5, 2, 4], batch_tokens=10))
-    assert [1] in batches and sorted(i for b in batches for i in b) == [0, 1, 2, 3, 4]
+def _greedy(lengths: list[int], budget: int) -> list[list[int]]:
+    """The rule, plainly: in stable length order, join the last batch while (size + 1) * length fits."""
+    batches: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lengths.__getitem__):
+        if batches and (len(batches[-1]) + 1) * lengths[i] <= budget:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_vectorised_batches_equal_the_plain_greedy_rule(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 40, int(rng.integers(1, 300))).tolist()
+    lengths[0] = 90  # over the budget: a batch of one
+    assert list(TokenBudgetBatchSampler(lengths, 60)) == _greedy(lengths, 60)
+    shuffled = list(TokenBudgetBatchSampler(lengths, 60, shuffle=True, seed=seed))
+    assert sorted(map(len, shuffled)) == sorted(map(len, _greedy(lengths, 60)))  # ties shuffled
+    assert sorted(i for b in shuffled for i in b) == list(range(len(lengths)))  # each once
+
+
+def test_epoch_is_built_once_into_arrays(monkeypatch: pytest.MonkeyPatch) -> None:
+    sampler, builds = TokenBudgetBatchSampler(np.arange(1, 500) % 17 + 1, 40, True), []
+    real = sampler._build
+    monkeypatch.setattr(sampler, "_build", lambda: builds.append(1) or real())
+    for _ in range(3):
+        assert len(sampler) == len(list(sampler))
+    order, bounds = sampler._batches()
+    assert isinstance(order, np.ndarray) and isinstance(bounds, np.ndarray) and len(builds) == 1
+    sampler.set_epoch(1)
+    assert len(sampler) and len(builds) == 2
 
 
 def test_shuffle_is_seeded_per_epoch() -> None:
     lengths = [i % 13 + 1 for i in range(300)]
-
-    def order(seed: int, epoch: int) -> list[list[int]]:
-        sampler = TokenBudgetBatchSampler(lengths, 40, shuffle=True, seed=seed)
-        sampler.set_epoch(epoch)
-        return list(sampler)
-
-    assert order(1, 0) == order(1, 0)
-    assert order(1, 0) != order(1, 1) and order(1, 0) != order(2, 0)
-    assert sorted(i for b in order(1, 1) for i in b) == list(range(300))
+    samplers = [TokenBudgetBatchSampler(lengths, 40, shuffle=True, seed=s) for s in (1, 1, 1, 2)]
+    samplers[2].set_epoch(1)
+    same, again, next_epoch, other_seed = map(list, samplers)
+    assert same == again and same != next_epoch and same != other_seed
+    assert sorted(i for batch in next_epoch for i in batch) == list(range(300))
 
 
 def test_lightning_sets_the_epoch(dm: TranslationDataModule) -> None:
@@ -88,13 +114,17 @@ def test_lightning_sets_the_epoch(dm: TranslationDataModule) -> None:
     assert loader.batch_sampler.epoch == 3
 
 
-def test_two_ranks_get_disjoint_shares(
+def test_ranks_get_equal_counts_and_disjoint_shares(
     dm: TranslationDataModule, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lengths = [i % 7 + 1 for i in range(101)]
-    train = [list(TokenBudgetBatchSampler(lengths, 20, True, 1, 2, rank)) for rank in (0, 1)]
-    assert len(train[0]) == len(train[1])
-    assert not {i for b in train[0] for i in b} & {i for b in train[1] for i in b}
+    for replicas in (2, 3):
+        train = [list(TokenBudgetBatchSampler(lengths, 20, True, 1, replicas, r)) for r in range(3)]
+        assert len({len(t) for t in train[:replicas]}) == 1
+        shares = [{i for b in t for i in b} for t in train[:replicas]]
+        assert not shares[0] & shares[1]
+    counts = [len(TokenBudgetBatchSampler([5] * 9, 15, num_replicas=2, rank=r)) for r in (0, 1)]
+    assert counts[0] == counts[1]
     for split in ("val", "test"):
         indices, batches = [], []
         for rank in (0, 1):
@@ -107,12 +137,6 @@ def test_two_ranks_get_disjoint_shares(
         assert sorted(indices[0] + indices[1]) == list(range(20))
 
 
-def test_eval_ranks_get_equal_batch_counts() -> None:
-    lengths = [5] * 9
-    counts = [len(TokenBudgetBatchSampler(lengths, 15, num_replicas=2, rank=r)) for r in (0, 1)]
-    assert counts[0] == counts[1]
-
-
 def test_references_follow_index(dm: TranslationDataModule, tiny_corpus: Path) -> None:
     assert dm.references("test") == (tiny_corpus / "test.en").read_text("utf-8").splitlines()
     assert dm.sources("val") == (tiny_corpus / "val.de").read_text("utf-8").splitlines()
@@ -120,23 +144,16 @@ def test_references_follow_index(dm: TranslationDataModule, tiny_corpus: Path) -
     for batch in dm.val_dataloader():
         for row, index in zip(batch["tgt_out"].tolist(), batch["index"].tolist(), strict=True):
             assert dm.tokenizer.decode(row) == refs[index]
+    with pytest.raises(UserError, match="keeps no raw text"):
+        dm.sources("train")  # the training split is stored as ids only
 
 
 def test_limit_and_max_len(tiny_corpus: Path, tmp_path: Path) -> None:
-    module = TranslationDataModule(
-        data_dir=str(tiny_corpus),
-        vocab_size=80,
-        limit_train_pairs=50,
-        max_len=12,
-        cache_dir=str(tmp_path),
-    )
-    module.setup("fit")
-    assert (
-        module.sources("train") == (tiny_corpus / "train.de").read_text("utf-8").splitlines()[:50]
-    )
-    assert len(module.datasets["val"]) == 20
-    assert module.counts["train/too_long"] > 0
-    kept = [b for b in module.train_dataloader()]
+    module = _module(tiny_corpus, tmp_path, vocab_size=80, limit_train_pairs=50, max_len=12)
+    first = (tiny_corpus / "train.de").read_text("utf-8").splitlines()[:50]
+    assert module.tokenizer.encode_batch(first) == module.datasets["train"]["src_ids"][:]
+    assert len(module.datasets["val"]) == 20 and module.counts["train/too_long"] > 0
+    kept = list(module.train_dataloader())
     assert sum(len(b["index"]) for b in kept) == 50 - module.counts["train/too_long"]
     assert max(int(b["src_lens"].max()) for b in kept) <= 13
 
@@ -146,34 +163,13 @@ def test_empty_lines_counted(tmp_path: Path, tiny_corpus: Path) -> None:
     for lang, first in [("de", "\n"), ("en", "A lone line\n")]:  # one pair, blank on one side
         path = corpus / f"train.{lang}"
         path.write_text(first + path.read_text("utf-8"), "utf-8")
-    module = TranslationDataModule(data_dir=str(corpus), vocab_size=100, cache_dir=str(tmp_path))
-    module.setup("fit")
+    module = _module(corpus, tmp_path)
     assert module.counts["train/empty"] == 1 and len(module.datasets["train"]) == 200
 
 
 def test_test_split_option(tiny_corpus: Path, tmp_path: Path) -> None:
-    module = TranslationDataModule(
-        data_dir=str(tiny_corpus), vocab_size=100, cache_dir=str(tmp_path), test_split="val"
-    )
-    module.setup("test")
-    assert module.split_names["test"] == "val" and module.references("test") == module.references(
-        "val"
-    )
-
-
-def test_second_setup_skips_tokenization(
-    dm: TranslationDataModule, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def no_map(*args: object, **kwargs: object) -> None:
-        raise AssertionError("tokenized again")
-
-    monkeypatch.setattr(datasets.Dataset, "map", no_map)
-    again = TranslationDataModule(
-        data_dir=dm.data_dir, vocab_size=100, batch_tokens=BUDGET, cache_dir=str(dm.cache_dir)
-    )
-    again.prepare_data()
-    again.setup("fit")
-    assert again.datasets["train"]["src_ids"][:] == dm.datasets["train"]["src_ids"][:]
+    module = _module(tiny_corpus, tmp_path, test_split="val")
+    assert module.split_names["test"] == "val" and module.sources("test") == module.sources("val")
 
 
 def test_source_loader(tiny_tokenizer: Tokenizer) -> None:
@@ -182,10 +178,8 @@ def test_source_loader(tiny_tokenizer: Tokenizer) -> None:
     for batch in source_loader(tiny_tokenizer, sentences, batch_tokens=24):
         assert set(batch) == {"src", "src_lens", "src_mask", "index"}
         assert len(batch["index"]) * batch["src"].shape[1] <= 24
-        for row, n, index in zip(
-            batch["src"].tolist(), batch["src_lens"].tolist(), batch["index"].tolist(), strict=True
-        ):
-            seen[index] = row[:n]
+        rows = batch["src"].tolist(), batch["src_lens"].tolist(), batch["index"].tolist()
+        seen.update({index: row[:n] for row, n, index in zip(*rows, strict=True)})
     assert sorted(seen) == list(range(20)) and seen[1] == [EOS]
     assert tiny_tokenizer.decode(seen[0]) == sentences[0]
 

@@ -60,9 +60,9 @@ def _count_training(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
     real = Tokenizer.train.__func__
 
-    def counting(cls, texts, vocab_size, model_type="unigram"):  # type: ignore[no-untyped-def]
+    def counting(cls, texts, vocab_size, model_type="unigram", sample=0):  # type: ignore[no-untyped-def]
         calls.append(vocab_size)
-        return real(cls, texts, vocab_size, model_type)
+        return real(cls, texts, vocab_size, model_type, sample)
 
     monkeypatch.setattr(Tokenizer, "train", classmethod(counting))
     return calls
@@ -105,16 +105,36 @@ def test_corrupt_cache_names_the_file(tmp_path: Path) -> None:
         load_or_train_tokenizer(tmp_path, lambda: [], 60, key="k")
 
 
-def test_training_gives_the_same_model_whatever_the_machine_s_core_count(
+def test_training_threads_are_pinned_not_the_machine_s(
     tiny_corpus: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # sentencepiece's result depends on its thread count; a default taken from the machine would make
-    # the same command give another tokenizer (and other BLEU) on a machine with more cores.
-    texts = []
-    for lang in ("de", "en"):
-        texts += (tiny_corpus / f"train.{lang}").read_text("utf-8").splitlines()
-    models = []
-    for cores in (1, 16):
+    # sentencepiece's result depends on its thread count, so the count is ours, whatever the machine
+    # has; the model records the count it was trained with. Without the pin it would be
+    # sentencepiece's default (16), so a value of our own, 3, shows that the pin is in force.
+    from sentencepiece import sentencepiece_model_pb2
+
+    texts = (tiny_corpus / "train.en").read_text("utf-8").splitlines()
+    monkeypatch.setattr(tok, "TRAIN_THREADS", 3)
+    for cores in (1, 64):
         monkeypatch.setattr(tok.os, "cpu_count", lambda cores=cores: cores)
-        models.append(Tokenizer.train(texts, vocab_size=100).to_bytes())
-    assert models[0] == models[1]
+        proto = sentencepiece_model_pb2.ModelProto()
+        proto.ParseFromString(Tokenizer.train(texts, vocab_size=60).to_bytes())
+        assert proto.trainer_spec.num_threads == 3
+
+
+def test_sample_is_seeded_uniform_and_bounded() -> None:
+    stream = [[f"s{i}" for i in range(start, start + 70)] for start in range(0, 700, 70)]
+    sample = tok.sample_sentences(stream, 50, seed=4)
+    assert len(sample) == len(set(sample)) == 50 and sample == tok.sample_sentences(stream, 50, 4)
+    assert sample != tok.sample_sentences(stream, 50, seed=5)
+    assert tok.sample_sentences(stream[:2], 500, seed=4) == stream[0] + stream[1]  # all, in order
+    # Each of the 700 sentences is kept with probability 50/700: early ones as often as late ones.
+    kept = [int(s[1:]) for seed in range(200) for s in tok.sample_sentences(stream, 50, seed)]
+    first_half = sum(k < 350 for k in kept) / len(kept)
+    assert 0.47 < first_half < 0.53  # 10,000 draws: the standard error is 0.005
+
+
+def test_a_small_sample_size_is_accepted(tiny_corpus: Path) -> None:
+    texts = (tiny_corpus / "train.en").read_text("utf-8").splitlines()[:50]
+    for sample in (50, 101):  # sentencepiece's own cap takes only values over 100
+        assert Tokenizer.train(texts, vocab_size=60, sample=sample).vocab_size == 60

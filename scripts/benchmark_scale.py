@@ -1,0 +1,228 @@
+"""Preparation and training start-up on a large synthetic corpus: memory, speed, cache size.
+
+    python scripts/benchmark_scale.py --pairs 1000000 [--work DIR] [--steps 20] [train.py flags]
+
+1. Writes `<work>/synthetic-<N>/`: N training pairs, each two random Multi30k training pairs joined
+   (seeded, so sentences are longer and varied, not copies), and Multi30k's val and test splits.
+2. Runs `scripts/prepare.py` on it in a child process (cache `<work>/cache`).
+3. Runs `scripts/train.py` for `--steps` updates on the prepared cache, then on Multi30k with the
+   same model and flags (its cache prepared beforehand), each in a child process.
+Memory is the peak resident set: of the largest single process (the kernel's, via wait4), and of
+the whole process tree (the sum of its processes' PSS, which counts shared pages once, sampled
+every 0.2 s). "first update" is seconds from the child's start to the end of its first update.
+The extra flags (train.py's) go to both children, e.g. --spm-sample, --prepare-workers.
+"""
+
+import argparse
+import gzip
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
+FIRST = "benchmark_scale: first update at "
+
+
+def write_synthetic(folder: Path, pairs: int, seed: int = 0) -> Path:
+    """`folder/train.{de,en}`: `pairs` pairs, each two random Multi30k training pairs joined by a
+    space; val and test are Multi30k's own. Written once: an existing complete folder is kept."""
+    if (folder / "done").exists():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    de, en = (_lines(MULTI30K / f"train.{lang}.gz") for lang in ("de", "en"))
+    rng = np.random.default_rng(seed)
+    with open(folder / "train.de", "w") as out_de, open(folder / "train.en", "w") as out_en:
+        for start in range(0, pairs, 100_000):
+            first, second = rng.integers(0, len(de), (2, min(100_000, pairs - start))).tolist()
+            out_de.write("".join(f"{de[i]} {de[j]}\n" for i, j in zip(first, second, strict=True)))
+            out_en.write("".join(f"{en[i]} {en[j]}\n" for i, j in zip(first, second, strict=True)))
+    for split in ("val", "test_2016_flickr"):
+        for lang in ("de", "en"):
+            (folder / f"{split}.{lang}").write_text(
+                "\n".join(_lines(MULTI30K / f"{split}.{lang}.gz")) + "\n"
+            )
+    (folder / "done").touch()
+    return folder
+
+
+def _lines(path: Path) -> list[str]:
+    return gzip.decompress(path.read_bytes()).decode().splitlines()
+
+
+def run_child(args: list[str], log: Path) -> dict:
+    """Run `python args...` with stdout and stderr to `log`; wall seconds, exit status, peak RSS of
+    its largest process (MB), peak summed PSS of its process tree (MB), and its output."""
+    start = time.perf_counter()
+    with open(log, "w") as out:
+        child = subprocess.Popen(
+            [sys.executable, *args], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT
+        )
+        peak, done = [0.0], threading.Event()
+        watcher = threading.Thread(target=_watch, args=(child.pid, peak, done), daemon=True)
+        watcher.start()
+        _, status, usage = os.wait4(child.pid, 0)
+        done.set()
+        watcher.join()
+        child.returncode = os.waitstatus_to_exitcode(status)
+    text = log.read_text(errors="replace")
+    return {
+        "seconds": time.perf_counter() - start,
+        "status": child.returncode,
+        "max_rss_mb": usage.ru_maxrss / 1024,  # kB on Linux
+        "tree_pss_mb": peak[0],
+        "output": text,
+        "start": start,
+    }
+
+
+def _watch(pid: int, peak: list[float], done: threading.Event) -> None:
+    while not done.wait(0.2):
+        peak[0] = max(peak[0], sum(_pss_kb(p) for p in _tree(pid)) / 1024)
+
+
+def _tree(pid: int) -> list[int]:
+    pids, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        pids.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            try:
+                todo += [int(c) for c in task.read_text().split()]
+            except OSError:
+                pass
+    return pids
+
+
+def _pss_kb(pid: int) -> int:
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:  # gone already
+        return 0
+    found = re.search(r"^Pss:\s+(\d+) kB", text, re.M)
+    return int(found.group(1)) if found else 0
+
+
+def train_child(argv: list[str]) -> int:
+    """In the child: train.py's main, with a callback that prints the time of the first update."""
+    import importlib.util
+
+    import lightning as L
+
+    spec = importlib.util.spec_from_file_location("train_script", ROOT / "scripts" / "train.py")
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+
+    class FirstUpdate(L.Callback):
+        def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
+            if trainer.global_step == 1:
+                print(f"{FIRST}{time.time():.3f}", flush=True)
+
+    build = train.build_trainer
+    train.build_trainer = lambda cfg, callbacks, logger: build(
+        cfg, [*callbacks, FirstUpdate()], logger
+    )
+    return train.main(argv)
+
+
+def measure_training(name: str, flags: list[str], work: Path, steps: int) -> dict:
+    run_flags = [
+        *flags,
+        "--max-steps",
+        str(steps),
+        "--log-dir",
+        str(work / "runs"),
+        "--run-name",
+        name,
+    ]
+    run_flags += ["--accelerator", "cpu", "--devices", "1"]
+    wall_start = time.time()
+    result = run_child([__file__, "--train-child", *run_flags], work / f"train-{name}.log")
+    found = re.search(re.escape(FIRST) + r"([\d.]+)", result["output"])
+    result["first_update_s"] = float(found.group(1)) - wall_start if found else float("nan")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--train-child"]:
+        return train_child(argv[1:])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], epilog="Others: train.py's."
+    )
+    parser.add_argument("--pairs", type=int, required=True, help="synthetic training pairs")
+    parser.add_argument("--work", default="data/benchmark_scale", help="corpus, cache, runs, logs")
+    parser.add_argument("--steps", type=int, default=20, help="training updates per run")
+    parser.add_argument("--no-train", action="store_true", help="measure the preparation only")
+    args, rest = parser.parse_known_args(argv)
+    work = Path(args.work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    corpus = write_synthetic(work / f"synthetic-{args.pairs}", args.pairs)
+    print(f"corpus {corpus} ({time.perf_counter() - started:.0f} s)", flush=True)
+    data = ["--data-dir", str(corpus), "--cache-dir", str(work / "cache"), *rest]
+    prep = run_child(["scripts/prepare.py", *data], work / f"prepare-{args.pairs}.log")
+    if prep["status"] != 0:
+        print(prep["output"][-3000:], file=sys.stderr)
+        return 1
+    rows = [("pairs", f"{args.pairs:,}")]
+    rows += _prepare_rows(prep)
+    if not args.no_train:
+        m30k = ["--dataset", "multi30k", "--cache-dir", str(work / "cache"), *rest]
+        ready = run_child(["scripts/prepare.py", *m30k], work / "prepare-multi30k.log")
+        big = measure_training(f"synthetic-{args.pairs}", data, work, args.steps)
+        small = (
+            measure_training("multi30k", m30k, work, args.steps) if ready["status"] == 0 else None
+        )
+        for label, run in (("synthetic", big), ("multi30k", small)):
+            if run is None or run["status"] != 0:
+                print((run or ready)["output"][-3000:], file=sys.stderr)
+                return 1
+            rows += [
+                (f"training on {label}: first update", f"{run['first_update_s']:.1f} s"),
+                (f"training on {label}: peak RSS", f"{run['max_rss_mb']:,.0f} MB"),
+            ]
+        rows.append(
+            (
+                "training peak, synthetic / multi30k",
+                f"{big['max_rss_mb'] / small['max_rss_mb']:.2f}",
+            )
+        )
+    width = max(len(k) for k, _ in rows)
+    print("\n".join(f"{k:<{width}}  {v}" for k, v in rows))
+    return 0
+
+
+def _prepare_rows(prep: dict) -> list[tuple[str, str]]:
+    out = prep["output"]
+    rows = [("preparation: wall time", f"{prep['seconds']:.0f} s")]
+    spm = re.search(r"sentencepiece trained on ([\d,]+) sentences in ([\d.]+) s", out)
+    if spm:
+        rows.append(("preparation: sentencepiece", f"{spm.group(1)} sentences, {spm.group(2)} s"))
+    enc = re.search(
+        r"encoded train: ([\d,]+) pairs in ([\d.]+) s \(([\d,]+) pairs/s, (\d+) proc", out
+    )
+    if enc:
+        rows.append(
+            ("preparation: encoding train", f"{enc.group(3)} pairs/s ({enc.group(4)} processes)")
+        )
+    rows += [
+        ("preparation: peak RSS, largest process", f"{prep['max_rss_mb']:,.0f} MB"),
+        ("preparation: peak PSS, process tree", f"{prep['tree_pss_mb']:,.0f} MB"),
+    ]
+    size = re.search(r"train\s+([\d,]+) pairs\s+([\d,.]+) MB\s+(\d+) bytes/pair", out)
+    if size:
+        rows.append(
+            ("cache: train split on disk", f"{size.group(2)} MB, {size.group(3)} bytes/pair")
+        )
+    return rows
+
+
+if __name__ == "__main__":
+    sys.exit(main())

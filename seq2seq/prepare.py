@@ -1,0 +1,299 @@
+"""Preparation: corpus -> joint sentencepiece model -> encoded Arrow shards, built once per cache.
+
+It streams: the corpus is read `chunk_size` pairs at a time, the tokenizer trains on a seeded sample
+of `spm_sample` sentences, and worker processes encode chunks while this one writes them. In
+`cache_dir`: `spm-<corpus>-s<sample>-r<seed>-v<vocab>-<recipe>.model` (unless --spm-model), a
+`<corpus>.lock` file, and `encoded/<corpus>-<split>-...-<tokenizer hash>/` per split: meta.json and
+Arrow IPC stream shards of SHARD_PAIRS rows with columns index (uint32), src_len, tgt_len (uint16,
+saturating), src_ids, tgt_ids (uint16 ids; uint32 over 65,536 pieces) and, in all splits but train,
+the raw text src and tgt (for BLEU, heatmaps, alignments). A split is written to a temporary folder
+and renamed when whole: a killed preparation leaves no half cache, and the next build removes its
+temporary folder. One process builds: each caller takes an exclusive `fcntl.flock` on the lock file;
+the holder builds what is missing while the others wait, then find the cache complete and read it
+(Lightning's launcher, torchrun, SLURM alike: no process group is needed).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from seq2seq.corpus import CHUNK_PAIRS, CorpusSource, Pairs, resolve_corpus, stream_pairs
+from seq2seq.errors import UserError
+from seq2seq.tokenizer import (
+    TRAIN_THREADS,
+    Tokenizer,
+    encode_chunks,
+    load_or_train_tokenizer,
+    load_tokenizer,
+    sample_sentences,
+    tokenizer_path,
+)
+
+if TYPE_CHECKING:
+    from seq2seq.config import TrainConfig
+
+SHARD_PAIRS = 1_000_000  # rows per shard file (~150 MB of joined Multi30k pairs)
+FORMAT = 1  # bumped when the folder layout changes, so old caches are not read
+
+
+@dataclass
+class Prepared:
+    """A complete cache: the tokenizer, the split folders by role (train/val/test), the corpus's own
+    names for those splits, and whether this call built anything (False: it was all there)."""
+
+    tokenizer: Tokenizer
+    tokenizer_file: Path
+    paths: dict[str, Path]
+    split_names: dict[str, str]
+    location: str
+    built: bool = False
+    meta: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def prepare(
+    cfg: TrainConfig, test_split: str | None = None, chunk_size: int = CHUNK_PAIRS
+) -> Prepared:
+    """Make sure the cache for `cfg` (corpus, languages, limit, tokenizer settings) is complete and
+    return it; safe to call from every process at once (see the module docstring).
+
+    Args:
+        cfg: dataset, data_dir, src, tgt, limit_train_pairs, vocab_size, spm_model, spm_sample,
+            seed, cache_dir and prepare_workers are read.
+        test_split: the split that `test` names (default: test_2016_flickr or test, when present).
+        chunk_size: pairs read, encoded and written at a time.
+    """
+    source = resolve_corpus(cfg.dataset, cfg.data_dir)
+    names = split_names(source, test_split)
+    langs = sorted((cfg.src, cfg.tgt))  # the joint model serves both directions
+    key = _safe(
+        f"{source.name}-{'-'.join(langs)}-{cfg.limit_train_pairs or 'all'}-"
+        f"{source.fingerprint(names['train'], tuple(langs))}"
+    )
+    ready = _complete(cfg, source, names, key)
+    if ready is not None:  # the usual case once prepared: no lock, so read-only caches work too
+        return ready
+    with _exclusive(Path(cfg.cache_dir) / f"{key}.lock"):
+        ready = _complete(cfg, source, names, key)  # another process may have built it meanwhile
+        if ready is not None:
+            return ready
+        tokenizer = _tokenizer(cfg, source, names["train"], key, chunk_size)
+        for role, split in names.items():
+            path = _split_path(cfg, source, split, tokenizer)
+            workers = (cfg.prepare_workers or _cores()) if role == "train" else 1
+            if not path.exists():
+                _encode_split(cfg, source, split, tokenizer, path, workers, chunk_size)
+    ready = _complete(cfg, source, names, key)
+    ready.built = True  # complete now: this process built it
+    return ready
+
+
+def split_names(source: CorpusSource, test_split: str | None = None) -> dict[str, str]:
+    """The corpus's names for train, val and (when there is one, or when asked for) test."""
+    names = {"train": source.find_split("train"), "val": source.find_split("val")}
+    try:
+        names["test"] = source.find_split(test_split or "test")
+    except UserError:
+        if test_split:  # asked for by name: its absence is an error; else no test split
+            raise
+    return names
+
+
+def _complete(
+    cfg: TrainConfig, source: CorpusSource, names: dict[str, str], key: str
+) -> Prepared | None:
+    """The cache when all of it is there, else None."""
+    file = Path(cfg.spm_model) if cfg.spm_model is not None else _spm_path(cfg, key)
+    if cfg.spm_model is not None:
+        tokenizer = _given_tokenizer(cfg.spm_model)
+    elif file.exists():
+        tokenizer = load_tokenizer(file)
+    else:
+        return None
+    paths = {role: _split_path(cfg, source, split, tokenizer) for role, split in names.items()}
+    if not all((p / "meta.json").exists() for p in paths.values()):
+        return None
+    meta = {role: json.loads((p / "meta.json").read_text()) for role, p in paths.items()}
+    return Prepared(tokenizer, file, paths, names, source.location, meta=meta)
+
+
+def _spm_key(cfg: TrainConfig, key: str) -> str:
+    return f"{key}-s{cfg.spm_sample}-r{cfg.seed}"  # the sample depends on its size and seed
+
+
+def _spm_path(cfg: TrainConfig, key: str) -> Path:
+    return tokenizer_path(cfg.cache_dir, _spm_key(cfg, key), cfg.vocab_size)
+
+
+def _given_tokenizer(path: str) -> Tokenizer:
+    try:
+        return Tokenizer.from_bytes(Path(path).read_bytes())
+    except OSError as err:
+        raise UserError(f"--spm-model {path}: cannot read it ({err.strerror})") from None
+    except UserError as err:
+        raise UserError(f"--spm-model {path}: {err}") from None
+
+
+def _tokenizer(
+    cfg: TrainConfig, source: CorpusSource, train: str, key: str, chunk_size: int
+) -> Tokenizer:
+    """--spm-model as given, or the cached model, or one trained on a sample and cached."""
+    if cfg.spm_model is not None:
+        return _given_tokenizer(cfg.spm_model)
+
+    def sample() -> Iterator[str]:
+        chunks = stream_pairs(source, train, cfg.src, cfg.tgt, cfg.limit_train_pairs, chunk_size)
+        bar = _progress(chunks, train, f"sampling {cfg.spm_sample:,} sentences of")
+        texts = sample_sentences((c.src + c.tgt for c in bar), cfg.spm_sample, cfg.seed)
+        _log(f"training sentencepiece on {len(texts):,} sentences ({TRAIN_THREADS} threads)")
+        while texts:  # hand them over one by one: sentencepiece keeps its own copy
+            yield texts.pop()
+
+    start = time.perf_counter()
+    tokenizer = load_or_train_tokenizer(
+        Path(cfg.cache_dir), sample, cfg.vocab_size, _spm_key(cfg, key), sample=cfg.spm_sample
+    )
+    _log(f"tokenizer ready in {time.perf_counter() - start:.1f} s, sampling included")
+    return tokenizer
+
+
+def _split_path(cfg: TrainConfig, source: CorpusSource, split: str, tok: Tokenizer) -> Path:
+    limit = cfg.limit_train_pairs if split == source.find_split("train") else None
+    model = hashlib.sha1(tok.to_bytes()).hexdigest()[:8]
+    fingerprint = source.fingerprint(split, (cfg.src, cfg.tgt))
+    name = f"{source.name}-{cfg.src}-{cfg.tgt}-{split}-{limit or 'all'}-{fingerprint}-{model}"
+    return Path(cfg.cache_dir) / "encoded" / f"{_safe(name)}-f{FORMAT}"
+
+
+def _encode_split(
+    cfg: TrainConfig, source: CorpusSource, split: str, tok: Tokenizer, path: Path, *sizes: int
+) -> None:
+    """Encode `split` into `path` (shards + meta.json), all or nothing: a temporary folder, renamed.
+    `sizes`: the processes that encode and the pairs they take at a time."""
+    workers, chunk_size = sizes
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.*"):  # left by a killed build: we hold the lock
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+    train = split == source.find_split("train")  # the other splits keep their raw sentences
+    dtype = np.uint16 if tok.vocab_size <= 2**16 else np.uint32
+    schema = _schema(dtype, text=not train)
+    limit = cfg.limit_train_pairs if train else None
+    try:
+        chunks = _progress(stream_pairs(source, split, cfg.src, cfg.tgt, limit, chunk_size), split)
+        chunks = encode_chunks(chunks, tok, workers, dtype)
+        start, rows, empty, shards, writer, fill = time.perf_counter(), 0, 0, [], None, 0
+        for chunk, ids in chunks:
+            if writer is None or fill >= SHARD_PAIRS:
+                writer, fill = _next_shard(writer, tmp, shards, schema), 0
+            writer.write_batch(_record_batch(chunk, ids, rows, schema))
+            rows, empty, fill = rows + len(chunk), empty + chunk.empty, fill + len(chunk)
+        (writer or _next_shard(None, tmp, shards, schema)).close()  # an empty split: one shard
+        seconds = time.perf_counter() - start
+        meta = {"rows": rows, "empty": empty, "shards": shards, "seconds": round(seconds, 1)}
+        (tmp / "meta.json").write_text(json.dumps(meta))
+        tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared like the data
+        try:
+            os.replace(tmp, path)  # all or nothing
+        except OSError:  # a builder on another machine (a lock that did not reach it) was first
+            if not (path / "meta.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    rate = f"{rows / max(seconds, 1e-9):,.0f} pairs/s, {workers} proc"
+    _log(f"encoded {split}: {rows:,} pairs in {seconds:.1f} s ({rate})")
+
+
+def _next_shard(writer: Any, folder: Path, shards: list[str], schema: pa.Schema) -> Any:
+    """Close `writer` (if any) and open the next shard file in `folder`; its name joins `shards`."""
+    if writer is not None:
+        writer.close()
+    shards.append(f"shard-{len(shards):05d}.arrow")
+    return pa.ipc.new_stream(str(folder / shards[-1]), schema)
+
+
+def _schema(dtype: type, text: bool) -> pa.Schema:
+    ids = pa.list_(pa.from_numpy_dtype(dtype))
+    fields = [("index", pa.uint32())] + [
+        (f"{side}_{k}", t)
+        for side in ("src", "tgt")
+        for k, t in (("len", pa.uint16()), ("ids", ids))
+    ]
+    return pa.schema(fields + [("src", pa.string()), ("tgt", pa.string())] * text)
+
+
+def _record_batch(
+    chunk: Pairs, ids: tuple[np.ndarray, ...], first: int, schema: pa.Schema
+) -> pa.RecordBatch:
+    """One chunk's rows; `first` is the row number (`index`) of its first pair in the split."""
+    columns = [pa.array(np.arange(first, first + len(chunk), dtype=np.uint32))]
+    for lens, flat in (ids[:2], ids[2:]):  # source, then target: lengths (B,), ids (sum of lens,)
+        offsets = np.zeros(len(lens) + 1, np.int32)  # (B + 1,)
+        np.cumsum(lens, out=offsets[1:])
+        columns.append(pa.array(np.minimum(lens, 2**16 - 1).astype(np.uint16)))
+        columns.append(pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat)))
+    if "src" in schema.names:
+        columns += [pa.array(chunk.src, pa.string()), pa.array(chunk.tgt, pa.string())]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+@contextmanager
+def _exclusive(lock: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `lock` (created if missing); tell the user when waiting."""
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(lock, "a")  # noqa: SIM115 - closed below, after the lock is released
+    except OSError as err:
+        raise UserError(f"--cache-dir {lock.parent}: cannot write there ({err.strerror})") from None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _log(f"waiting for another process to finish preparing {lock.parent}")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError as err:  # e.g. ENOLCK: a network filesystem without locks
+            raise UserError(
+                f"--cache-dir {lock.parent}: cannot lock {lock.name} ({err.strerror}); "
+                "prepare the cache once with scripts/prepare.py before starting many processes"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _progress(chunks: Iterator[Pairs], split: str, what: str = "encoding") -> Iterator[Pairs]:
+    from tqdm import tqdm
+
+    bar = tqdm(desc=f"{what} {split}", unit=" pairs", unit_scale=True, mininterval=2)
+    with bar:
+        for chunk in chunks:
+            yield chunk
+            bar.update(len(chunk) + chunk.empty)
+
+
+def _log(message: str) -> None:
+    print(f"prepare: {message}", file=sys.stderr, flush=True)
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)

@@ -1,0 +1,156 @@
+"""The preparation step: cache layout, atomic writes, one builder among many processes."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from seq2seq import prepare as prep
+from seq2seq.config import TrainConfig
+from seq2seq.data import load_split
+from seq2seq.errors import UserError
+from seq2seq.tokenizer import Tokenizer
+from tests.conftest import load_script
+
+
+def _cfg(corpus: Path, cache: Path, **settings: object) -> TrainConfig:
+    settings = {"vocab_size": 100, "prepare_workers": 1, **settings}
+    return TrainConfig(data_dir=str(corpus), cache_dir=str(cache), **settings)
+
+
+def _column(prepared: prep.Prepared, split: str, name: str) -> list:
+    return load_split(prepared.paths[split]).data.column(name).to_pylist()
+
+
+def test_second_call_reads_the_cache_and_ids_round_trip(
+    tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = prep.prepare(_cfg(tiny_corpus, tmp_path))
+    monkeypatch.setattr(prep, "encode_chunks", lambda *args: pytest.fail("encoded again"))
+    again = prep.prepare(_cfg(tiny_corpus, tmp_path))
+    assert first.built and not again.built and again.paths == first.paths
+    val = load_split(again.paths["val"])
+    assert val.data.schema.field("src_ids").type == pa.list_(pa.uint16())
+    sentences = (tiny_corpus / "val.de").read_text("utf-8").splitlines()
+    assert _column(again, "val", "src_ids") == again.tokenizer.encode_batch(sentences)
+    assert [again.tokenizer.decode(ids) for ids in val["src_ids"][:]] == sentences
+    assert _column(again, "train", "index") == list(range(200))
+    assert "src" not in load_split(again.paths["train"]).column_names  # ids only
+
+
+def test_large_vocabularies_get_uint32_ids(tiny_tokenizer: Tokenizer) -> None:
+    src, tgt = ["Der hund", "Ein ball"], ["The dog", "A ball"]
+    for dtype, arrow in ((np.uint16, pa.uint16()), (np.uint32, pa.uint32())):
+        ids = (*tiny_tokenizer.encode_flat(src, dtype), *tiny_tokenizer.encode_flat(tgt, dtype))
+        batch = prep._record_batch(prep.Pairs(src, tgt), ids, 5, prep._schema(dtype, text=True))
+        assert batch.schema.field("tgt_ids").type == pa.list_(arrow)
+        assert batch.column("tgt_ids").to_pylist() == tiny_tokenizer.encode_batch(tgt)
+        assert batch.column("index").to_pylist() == [5, 6]
+
+
+def test_spm_model_is_used_as_given(
+    tiny_corpus: Path, tiny_tokenizer: Tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = tmp_path / "given.model"
+    model.write_bytes(tiny_tokenizer.to_bytes())
+    monkeypatch.setattr(Tokenizer, "train", lambda *args, **kw: pytest.fail("trained one"))
+    prepared = prep.prepare(_cfg(tiny_corpus, tmp_path / "cache", spm_model=str(model)))
+    assert prepared.tokenizer.to_bytes() == model.read_bytes()
+    assert not list((tmp_path / "cache").glob("spm-*"))  # nothing trained, nothing cached
+    with pytest.raises(UserError, match="--spm-model .*missing.model: cannot read"):
+        prep.prepare(
+            _cfg(tiny_corpus, tmp_path / "cache", spm_model=str(tmp_path / "missing.model"))
+        )
+
+
+def test_spm_sample_is_seeded(tiny_corpus: Path, tmp_path: Path) -> None:
+    def model(cache: str, seed: int) -> bytes:
+        cfg = _cfg(tiny_corpus, tmp_path / cache, spm_sample=150, seed=seed)  # of 400 sentences
+        return prep.prepare(cfg).tokenizer.to_bytes()
+
+    assert model("a", 1) == model("b", 1) != model("c", 2)
+
+
+def test_parallel_encoding_and_shards_equal_one_process(
+    tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one = prep.prepare(_cfg(tiny_corpus, tmp_path / "one"))
+    monkeypatch.setattr(prep, "SHARD_PAIRS", 70)
+    many = prep.prepare(_cfg(tiny_corpus, tmp_path / "many", prepare_workers=2), chunk_size=30)
+    assert len(many.meta["train"]["shards"]) == 3  # 90 + 90 + 20 rows
+    for name in ("index", "src_ids", "tgt_ids", "src_len"):
+        assert _column(many, "train", name) == _column(one, "train", name)
+
+
+def test_a_crash_mid_write_leaves_no_cache_and_the_next_call_rebuilds(
+    tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real, calls = prep._record_batch, []
+
+    def crash_on_third(*args: object) -> pa.RecordBatch:
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # a kill in the middle of the training split
+        return real(*args)
+
+    monkeypatch.setattr(prep, "_record_batch", crash_on_third)
+    with pytest.raises(KeyboardInterrupt):
+        prep.prepare(_cfg(tiny_corpus, tmp_path), chunk_size=30)
+    assert list((tmp_path / "encoded").iterdir()) == []  # neither a half split nor a temporary
+    cfg = _cfg(tiny_corpus, tmp_path)
+    tokenizer = prep.load_tokenizer(next(tmp_path.glob("spm-*.model")))  # trained before the crash
+    path = prep._split_path(cfg, prep.resolve_corpus("", str(tiny_corpus)), "train", tokenizer)
+    killed = path.with_name(f".{path.name}.x1y2")  # what a SIGKILL would leave behind
+    killed.mkdir()
+    monkeypatch.setattr(prep, "_record_batch", real)
+    rebuilt = prep.prepare(cfg, chunk_size=30)
+    assert rebuilt.built and rebuilt.meta["train"]["rows"] == 200 and not killed.exists()
+    assert set((tmp_path / "encoded").iterdir()) == set(rebuilt.paths.values())
+
+
+CHILD = """
+import json, os, sys, time, types
+from pathlib import Path
+from seq2seq import prepare as prep
+cfg, go = types.SimpleNamespace(**json.loads(sys.argv[1])), Path(sys.argv[2])
+real = prep._encode_split
+prep._encode_split = lambda *args: time.sleep(0.5) or real(*args)  # hold the lock a while
+while not go.exists():  # both processes start before either prepares
+    time.sleep(0.01)
+prepared = prep.prepare(cfg)
+print(json.dumps([prepared.built, os.stat(prepared.paths["train"]).st_ino]))
+"""
+
+
+def test_two_processes_on_a_cold_cache_build_it_once(tiny_corpus: Path, tmp_path: Path) -> None:
+    # Fresh interpreters, as torchrun or SLURM start them; the config travels as plain values.
+    cfg, go = json.dumps(dataclasses.asdict(_cfg(tiny_corpus, tmp_path))), tmp_path / "go"
+    run = [sys.executable, "-c", CHILD, cfg, str(go)]
+    children = [
+        subprocess.Popen(run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in "ab"
+    ]
+    go.touch()
+    outcomes = [child.communicate(timeout=120) for child in children]
+    assert all(child.returncode == 0 for child in children), outcomes
+    (built_a, inode_a), (built_b, inode_b) = (json.loads(out) for out, _ in outcomes)
+    assert (
+        sorted([built_a, built_b]) == [False, True] and inode_a == inode_b
+    )  # one folder, read by both
+    assert sum("waiting for another process" in err for _, err in outcomes) <= 1
+
+
+def test_prepare_script_reports_the_cache(tiny_corpus: Path, tmp_path: Path, capsys) -> None:
+    script = load_script("prepare")
+    flags = ["--data-dir", str(tiny_corpus), "--vocab-size", "100", "--cache-dir", str(tmp_path)]
+    assert script.main(flags) == 0
+    out = capsys.readouterr().out
+    assert f"built: cache {tmp_path}" in out and "bytes/pair" in out and "train" in out
+    assert script.main(flags) == 0 and "already prepared" in capsys.readouterr().out
+    assert script.main([*flags, "--spm-sample", "0"]) == 2
+    assert "error: --spm-sample must be positive" in capsys.readouterr().err
