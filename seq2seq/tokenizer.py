@@ -128,12 +128,33 @@ class Tokenizer:
         """Subword strings of `ids` (for attention plot axes)."""
         return [self._sp.id_to_piece(int(i)) for i in ids]
 
+    def encode_with_spans(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """`encode(text)` and, per id, the (start, end) characters of the raw `text` it covers,
+        normalisation undone (empty for a marker sentencepiece added); for word alignments."""
+        proto = self._sp.encode(text, return_type="proto")
+        return [p.id for p in proto.pieces], _char_spans(text, proto.pieces)
+
+    def decode_with_spans(self, ids: list[int]) -> tuple[str, list[tuple[int, int]]]:
+        """The text of `ids` (no BOS, EOS or PAD among them) and, per id, its (start, end)
+        characters in that text."""
+        proto = self._sp.decode([int(i) for i in ids], return_type="proto")
+        return proto.text, _char_spans(proto.text, proto.pieces)
+
     def __getstate__(self) -> dict[str, bytes]:
         # The SWIG processor does not pickle; DataLoader workers and deepcopy need this.
         return {"model": self.to_bytes()}
 
     def __setstate__(self, state: dict[str, bytes]) -> None:
         self._sp = Tokenizer.from_bytes(state["model"])._sp
+
+
+def _char_spans(text: str, pieces: Iterable) -> list[tuple[int, int]]:
+    """sentencepiece's UTF-8 byte offsets (`begin`, `end` of each piece) as character offsets."""
+    char_of_byte, byte = {0: 0}, 0
+    for i, char in enumerate(text):
+        byte += len(char.encode())
+        char_of_byte[byte] = i + 1
+    return [(char_of_byte[p.begin], char_of_byte[p.end]) for p in pieces]
 
 
 Texts = Any  # anything with lists of sentences `src` and `tgt`: seq2seq.corpus.Pairs
