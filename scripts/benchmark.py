@@ -32,26 +32,26 @@ MATMUL = {"cpu": 1024, "cuda": 8192}  # n: 1024 keeps CPU cores busy; a big GPU 
 
 @dataclass(frozen=True)
 class Recipe:
-    """A path: loss, bf16 autocast, updates a window (x --steps), batches, what wraps its model."""
+    """A path: its loss, bf16 autocast or not, updates a window (x --steps), its batches, and what
+    the loss calls instead of the model (a compiling wrapper; Adam keeps the model's weights)."""
 
     loss: Callable
     bf16: bool = False
     share: float = 1.0
-    textbook: bool = False
+    textbook: bool = False  # fixed-size random batches instead of token-budget ones (GRU only)
     prepare: Callable[[nn.Module], nn.Module] = lambda model: model
 
 
 PATHS = {  # one row of the table each; the reference is ~4x slower per update
     "fast": Recipe(batch_loss),
     "bf16": Recipe(batch_loss, bf16=True),
-    "reference": Recipe(reference_loss, share=0.25, textbook=True),  # fixed-size random batches
+    "reference": Recipe(reference_loss, share=0.25, textbook=True),
 }
 
 
-# The table's columns: header, figure, decimals, suffix. Columns with no figure are left out.
-COLUMNS = [("tokens/s", "tokens_per_sec", 0), ("vs reference", "vs_reference", 2, "x"),
-           ("% of matmul", "matmul_pct", 0), ("s/update", "sec_per_update", 3),
-           ("warm-up s", "warmup_sec", 1), ("peak GPU MB", "peak_gpu_mb", 0)]  # fmt: skip
+COLUMNS = [("tokens/s", "tokens_per_sec", 0), ("vs reference", "vs_reference", 2, "x"),  # header,
+           ("% of matmul", "matmul_pct", 0), ("s/update", "sec_per_update", 3),  # figure, decimals,
+           ("warm-up s", "warmup_sec", 1), ("peak GPU MB", "peak_gpu_mb", 0)]  # suffix  # fmt: skip
 
 
 def clock(device: torch.device) -> float:
@@ -62,21 +62,21 @@ def clock(device: torch.device) -> float:
 
 
 class Path:
-    """A recipe at work: its model, Adam, batches (tokens and FLOPs counted up front: no sync)."""
+    """A recipe at work: model, Adam, batches (tokens and FLOPs counted up front: no sync)."""
 
     def __init__(self, recipe: Recipe, model_args: dict, batches: list, cfg: TrainConfig) -> None:
         self.recipe, self.cfg, self.device = recipe, cfg, batches[0]["src"].device
         torch.manual_seed(cfg.seed)  # every path starts from the same weights
         model = build_model(model_args).to(self.device).train()
-        fpt, self.model = model.flops_per_token, recipe.prepare(model)  # prepare may wrap it
+        self.model, self.net, fpt = model, recipe.prepare(model), model.flops_per_token
         lens = [(b, b["src_lens"].double(), b["tgt_mask"].sum(1).double()) for b in batches]
         self.all = [(b, float(t.sum()), float((fpt(s, t) * t).sum())) for b, s, t in lens]
         self.batches, self.updates = cycle(self.all), 0
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9)
+        self.opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9)
 
     def step(self, batch: dict[str, Tensor]) -> None:
         with torch.autocast(self.device.type, torch.bfloat16, enabled=self.recipe.bf16):
-            loss_sum, _, tokens = self.recipe.loss(self.model, batch, self.cfg.label_smoothing)[:3]
+            loss_sum, _, tokens = self.recipe.loss(self.net, batch, self.cfg.label_smoothing)[:3]
         self.opt.zero_grad(set_to_none=True)
         (loss_sum / tokens).backward()
         if self.cfg.clip_norm > 0:
