@@ -76,6 +76,7 @@ def run_child(args: list[str], log: Path) -> dict:
         "seconds": time.perf_counter() - start,
         "status": child.returncode,
         "max_rss_mb": usage.ru_maxrss / 1024,  # kB on Linux
+        "cpu_s": usage.ru_utime + usage.ru_stime,  # its waited-for children (workers) included
         "tree_pss_mb": peak[0],
         "output": text,
         "start": start,
@@ -158,69 +159,79 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--pairs", type=int, required=True, help="synthetic training pairs")
     parser.add_argument("--work", default="data/benchmark_scale", help="corpus, cache, runs, logs")
-    parser.add_argument("--steps", type=int, default=20, help="training updates per run")
+    parser.add_argument("--steps", type=int, default=5, help="training updates per run")
     parser.add_argument("--no-train", action="store_true", help="measure the preparation only")
     args, rest = parser.parse_known_args(argv)
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
+    rows = [("pairs", f"{args.pairs:,}"), ("load average at start", _load())]
     corpus = write_synthetic(work / f"synthetic-{args.pairs}", args.pairs)
-    print(f"corpus {corpus} ({time.perf_counter() - started:.0f} s)", flush=True)
     data = ["--data-dir", str(corpus), "--cache-dir", str(work / "cache"), *rest]
     prep = run_child(["scripts/prepare.py", *data], work / f"prepare-{args.pairs}.log")
     if prep["status"] != 0:
         print(prep["output"][-3000:], file=sys.stderr)
         return 1
-    rows = [("pairs", f"{args.pairs:,}")]
     rows += _prepare_rows(prep)
-    if not args.no_train:
-        m30k = ["--dataset", "multi30k", "--cache-dir", str(work / "cache"), *rest]
-        ready = run_child(["scripts/prepare.py", *m30k], work / "prepare-multi30k.log")
-        big = measure_training(f"synthetic-{args.pairs}", data, work, args.steps)
-        small = (
-            measure_training("multi30k", m30k, work, args.steps) if ready["status"] == 0 else None
-        )
-        for label, run in (("synthetic", big), ("multi30k", small)):
-            if run is None or run["status"] != 0:
-                print((run or ready)["output"][-3000:], file=sys.stderr)
-                return 1
-            rows += [
-                (f"training on {label}: first update", f"{run['first_update_s']:.1f} s"),
-                (f"training on {label}: peak RSS", f"{run['max_rss_mb']:,.0f} MB"),
-            ]
-        rows.append(
-            (
-                "training peak, synthetic / multi30k",
-                f"{big['max_rss_mb'] / small['max_rss_mb']:.2f}",
+    if not args.no_train:  # the corpus, one of Multi30k's size and lengths, Multi30k itself
+        control = write_synthetic(work / "synthetic-29000", 29_000)
+        runs = {
+            f"synthetic-{args.pairs}": data,
+            "synthetic-29000": ["--data-dir", str(control), "--cache-dir", str(work / "cache")],
+            "multi30k": ["--dataset", "multi30k", "--cache-dir", str(work / "cache")],
+        }
+        peaks = {}
+        for name, flags in runs.items():
+            ready = run_child(["scripts/prepare.py", *flags, *rest], work / f"prepare-{name}.log")
+            run = (
+                measure_training(name, [*flags, *rest], work, args.steps)
+                if ready["status"] == 0
+                else ready
             )
-        )
+            if run["status"] != 0:
+                print(run["output"][-3000:], file=sys.stderr)
+                return 1
+            peaks[name] = run["max_rss_mb"]
+            rows.append((f"training on {name}: first update", f"{run['first_update_s']:.1f} s"))
+            rows.append((f"training on {name}: peak RSS", f"{run['max_rss_mb']:,.0f} MB"))
+        for other in ("multi30k", "synthetic-29000"):
+            ratio = peaks[f"synthetic-{args.pairs}"] / peaks[other]
+            rows.append((f"training peak RSS / {other}'s", f"{ratio:.2f}"))
+    rows.append(("load average at the end", _load()))
     width = max(len(k) for k, _ in rows)
     print("\n".join(f"{k:<{width}}  {v}" for k, v in rows))
     return 0
 
 
+def _load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg()) + f" ({os.cpu_count()} cores)"
+
+
 def _prepare_rows(prep: dict) -> list[tuple[str, str]]:
-    out = prep["output"]
-    rows = [("preparation: wall time", f"{prep['seconds']:.0f} s")]
-    spm = re.search(r"sentencepiece trained on ([\d,]+) sentences in ([\d.]+) s", out)
-    if spm:
-        rows.append(("preparation: sentencepiece", f"{spm.group(1)} sentences, {spm.group(2)} s"))
+    out, rows = prep["output"], [("preparation: wall time", f"{prep['seconds']:.0f} s")]
+    spm = re.search(r"training sentencepiece on ([\d,]+) sentences", out)
+    ready = re.search(r"tokenizer ready in ([\d.]+) s", out)
+    if spm and ready:
+        rows.append(
+            ("preparation: tokenizer (sample + training)", f"{spm[1]} sentences, {ready[1]} s")
+        )
     enc = re.search(
         r"encoded train: ([\d,]+) pairs in ([\d.]+) s \(([\d,]+) pairs/s, (\d+) proc", out
     )
     if enc:
         rows.append(
-            ("preparation: encoding train", f"{enc.group(3)} pairs/s ({enc.group(4)} processes)")
+            (
+                "preparation: reading + encoding train",
+                f"{enc[3]} pairs/s, {enc[2]} s ({enc[4]} processes)",
+            )
         )
     rows += [
+        ("preparation: CPU time, all processes", f"{prep['cpu_s']:.0f} s"),
         ("preparation: peak RSS, largest process", f"{prep['max_rss_mb']:,.0f} MB"),
         ("preparation: peak PSS, process tree", f"{prep['tree_pss_mb']:,.0f} MB"),
     ]
     size = re.search(r"train\s+([\d,]+) pairs\s+([\d,.]+) MB\s+(\d+) bytes/pair", out)
     if size:
-        rows.append(
-            ("cache: train split on disk", f"{size.group(2)} MB, {size.group(3)} bytes/pair")
-        )
+        rows.append(("cache: train split on disk", f"{size[2]} MB, {size[3]} bytes/pair"))
     return rows
 
 

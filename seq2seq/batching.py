@@ -24,14 +24,16 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     """Length-bucketed batches with `len(batch) * max(lengths in batch) <= batch_tokens`.
 
     `lengths[i]` is the padded cost of example i (its longer side, EOS/BOS included); a single
-    over-long example makes a batch of one. With `shuffle`, ties in length are broken and batches
+    over-long example makes a batch of one, and a length of 0 leaves the example out (a pair over
+    --max-len, say) while batches still yield the original indices. With `shuffle`, ties in length are broken and batches
     ordered by a generator seeded with `seed + epoch`; each rank takes every `num_replicas`-th batch
     and the remainder is dropped, so all ranks take the same number of steps. Without it, batches
     are length-sorted and every example lands on exactly one rank; batches are split (never
-    repeated) to even the counts. Batches yield `rows[i]` for example i (default: i itself).
+    repeated) to even the counts.
 
     An epoch's batches are built once, with numpy, and kept as arrays: the examples in batch order
     (N,) and this rank's batch bounds (2, M); an iterated batch becomes a list only when it is used.
+    `lengths` keeps its integer type (uint16 halves the memory of int32 for a large corpus).
     """
 
     def __init__(
@@ -42,12 +44,12 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         seed: int = 1,
         num_replicas: int = 1,
         rank: int = 0,
-        rows: np.ndarray | None = None,
     ) -> None:
         if batch_tokens < 1:
             raise UserError(f"--batch-tokens {batch_tokens} must be positive")
-        self.lengths = np.asarray(lengths, dtype=np.int32)  # (N,)
-        self.rows = rows
+        self.lengths = np.asarray(lengths)  # (N,)
+        if self.lengths.dtype.kind not in "iu":
+            self.lengths = self.lengths.astype(np.int64)
         self.batch_tokens, self.shuffle, self.seed = batch_tokens, shuffle, seed
         self.num_replicas, self.rank, self.epoch = num_replicas, rank, 0
         self.skip = 0  # batches to leave out of the next pass only (a run resumed mid-epoch)
@@ -72,7 +74,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         n, replicas = len(self.lengths), self.num_replicas
         index = np.int32 if n < 2**31 else np.int64
         keys = self.lengths
-        if keys.size and keys.max() < 2**16:
+        if keys.size and keys.dtype.itemsize > 2 and 0 <= keys.min() and keys.max() < 2**16:
             keys = keys.astype(np.uint16)  # numpy sorts 16-bit keys stably by radix: O(N)
         if self.shuffle:
             gen = torch.Generator().manual_seed(self.seed + self.epoch)
@@ -80,6 +82,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             order = perm[np.argsort(keys[perm], kind="stable")]  # (N,) sorted, random ties
         else:
             order = np.argsort(keys, kind="stable").astype(index)  # (N,)
+        order = order[np.count_nonzero(keys == 0) :]  # (N',) the left-out examples sort first
+        n = len(order)
         starts = _greedy_starts(self.lengths[order], self.batch_tokens)  # (M,)
         bounds = np.stack([starts, np.append(starts[1:], n)[: len(starts)]])  # (2, M)
         if self.shuffle:
@@ -100,8 +104,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         order, bounds = self._batches()
         skip, self.skip = self.skip, 0
         for start, end in bounds[:, skip:].T.tolist():
-            batch = order[start:end]
-            yield (batch if self.rows is None else self.rows[batch]).tolist()
+            yield order[start:end].tolist()
 
     def __len__(self) -> int:
         return self._batches()[1].shape[1]

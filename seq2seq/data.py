@@ -6,31 +6,114 @@ Batches themselves (token budget, padding, masks) are seq2seq.batching's.
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import numpy as np
+import pyarrow as pa
 from lightning.pytorch.utilities import rank_zero_info
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
-from seq2seq.batching import TokenBudgetBatchSampler, collate, source_loader
+from seq2seq.batching import TokenBudgetBatchSampler, collate, source_loader  # noqa: F401
 from seq2seq.config import TrainConfig
 from seq2seq.errors import UserError
 from seq2seq.prepare import prepare
 from seq2seq.tokenizer import Tokenizer
 
-__all__ = [
-    "TokenBudgetBatchSampler",
-    "TranslationDataModule",
-    "collate",
-    "load_split",
-    "source_loader",
-]
+
+class SplitRows(Dataset):
+    """Rows of a prepared split read with `os.pread`: {"src_ids", "tgt_ids", "index"} per row.
+
+    A memory-mapped table would serve them too, but each page fault maps 64 KB around the row, so
+    the resident set of a training run would grow towards the size of the cache; read this way it
+    stays flat (the kernel's page cache holds what was read). Kept in memory: the file offsets of
+    each record batch's buffers, found once through a mapping that is closed again.
+    """
+
+    COLUMNS = (("src_len", 1), ("tgt_len", 1), ("src_ids", 1), ("src_ids", 3), ("tgt_ids", 1))
+    COLUMNS += (("tgt_ids", 3),)  # (column, buffer): lengths; list offsets and values of the ids
+
+    def __init__(self, path: Path) -> None:
+        shards = json.loads((path / "meta.json").read_text())["shards"]
+        self.files, self._fds = [str(path / name) for name in shards], {}
+        firsts, where = [0], []  # first row of each record batch; its shard and buffer offsets
+        for shard, file in enumerate(self.files):
+            whole = pa.memory_map(file).read_buffer()  # zero-copy: address - base = file offset
+            for batch in pa.ipc.open_stream(whole):
+                buffers = [batch.column(c).buffers()[i] for c, i in self.COLUMNS]
+                where.append([shard, *(b.address - whole.address for b in buffers)])
+                firsts.append(firsts[-1] + batch.num_rows)
+                value_type = batch.schema.field("src_ids").type.value_type
+        self.dtype = np.dtype(value_type.to_pandas_dtype()) if where else np.dtype(np.uint16)
+        self.firsts = np.array(firsts)  # (batches + 1,)
+        self.where = np.array(where, np.int64).reshape(-1, 1 + len(self.COLUMNS))  # (batches, 7)
+
+    def __len__(self) -> int:
+        return int(self.firsts[-1])
+
+    def lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        """Subwords of each source and target sentence, (N,) uint16 each (saturating)."""
+        sides: tuple[list, list] = ([], [])
+        for b, (shard, *at) in enumerate(self.where.tolist()):
+            rows = int(self.firsts[b + 1] - self.firsts[b])
+            for side, offset in zip(sides, at[:2], strict=True):
+                raw = os.pread(self._fd(shard), 2 * rows, offset)
+                side.append(np.frombuffer(raw, np.uint16))  # (rows,)
+        return tuple(np.concatenate(side) if side else np.zeros(0, np.uint16) for side in sides)
+
+    def __getitems__(self, rows: list[int]) -> list[dict[str, Any]]:
+        batches = np.searchsorted(self.firsts, rows, side="right") - 1  # (B,)
+        items, size = [], self.dtype.itemsize
+        for row, b in zip(rows, batches.tolist(), strict=True):
+            shard, _, _, *at = self.where[b].tolist()  # offsets, values of src; then of tgt
+            fd, local, item = self._fd(shard), row - int(self.firsts[b]), {"index": row}
+            for side, offsets, values in (("src_ids", *at[:2]), ("tgt_ids", *at[2:])):
+                start, end = np.frombuffer(os.pread(fd, 8, offsets + 4 * local), np.int32).tolist()
+                raw = os.pread(fd, (end - start) * size, values + start * size)
+                item[side] = np.frombuffer(raw, self.dtype).tolist()
+            items.append(item)
+        return items
+
+    def __getitem__(self, row: int) -> dict[str, Any]:
+        return self.__getitems__([row])[0]
+
+    def _fd(self, shard: int) -> int:
+        if shard not in self._fds:  # opened lazily, so that a spawned loader worker opens its own
+            self._fds[shard] = os.open(self.files[shard], os.O_RDONLY)
+        return self._fds[shard]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_fds": {}}
+
+    def __del__(self, close: Any = os.close) -> None:  # bound now: `os` may be gone at exit
+        for fd in getattr(self, "_fds", {}).values():
+            close(fd)
+
+
+class LazySplits(Mapping):
+    """Split name -> `datasets.Dataset` (memory-mapped Arrow), opened on first use: training
+    reads through `SplitRows` and never maps the (large) training split."""
+
+    def __init__(self, paths: dict[str, Path]) -> None:
+        self.paths, self._open = paths, {}
+
+    def __getitem__(self, split: str) -> Any:
+        if split not in self._open:
+            self._open[split] = load_split(self.paths[split])
+        return self._open[split]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.paths)
+
+    def __len__(self) -> int:
+        return len(self.paths)
 
 
 def load_split(path: Path) -> Any:
-    """A prepared split folder as one memory-mapped `datasets.Dataset`: nothing is read into RAM."""
+    """A prepared split folder as one memory-mapped `datasets.Dataset`, with the same columns."""
     import datasets  # after lightning: its import is slow, and only needed here
 
     shards = json.loads((path / "meta.json").read_text())["shards"]
@@ -39,13 +122,13 @@ def load_split(path: Path) -> Any:
 
 
 class TranslationDataModule(L.LightningDataModule):
-    """Prepared corpus -> memory-mapped Arrow datasets -> token-budget batches.
+    """Prepared corpus (seq2seq.prepare) -> token-budget batches of rows read from its shards.
 
     `prepare_data` builds the cache when it is cold (one process per cache; the others wait) and
     may be called from every process. After `setup`: `tokenizer`, `vocab_size`, `datasets`
     ("train"/"val"/"test" -> `datasets.Dataset` with columns index, src_ids, tgt_ids, src_len,
-    tgt_len, and src, tgt for all but train), `split_names` (the corpus's own names for them) and
-    `counts` (pairs dropped as empty or longer than `max_len` subwords).
+    tgt_len, and src, tgt for all but train; opened when first used), `split_names` (the corpus's
+    own names for them) and `counts` (pairs dropped as empty or longer than `max_len` subwords).
     """
 
     def __init__(self, cfg: TrainConfig, test_split: str | None = None) -> None:
@@ -57,10 +140,11 @@ class TranslationDataModule(L.LightningDataModule):
         self.cfg, self.test_split = cfg, test_split
         self.tokenizer: Tokenizer | None = None
         self.vocab_size: int | None = None
-        self.datasets: dict[str, Any] = {}
+        self.datasets: Mapping[str, Any] = {}
         self.split_names: dict[str, str] = {}
         self.counts: dict[str, int] = {}
         self._resume_at: tuple[int, int] | None = None  # (epoch, batches done) from a checkpoint
+        self._rows: dict[str, SplitRows] = {}
 
     def prepare_data(self) -> None:
         prepare(self.cfg, self.test_split)  # no state here: Lightning calls it on one rank only
@@ -71,11 +155,12 @@ class TranslationDataModule(L.LightningDataModule):
         prepared = prepare(self.cfg, self.test_split)  # reads the cache, builds it when cold
         self.tokenizer, self.split_names = prepared.tokenizer, prepared.split_names
         self.vocab_size = self.tokenizer.vocab_size
-        for name, path in prepared.paths.items():
-            self.datasets[name] = load_split(path)
+        self.datasets = LazySplits(prepared.paths)
+        self._rows = {name: SplitRows(path) for name, path in prepared.paths.items()}
+        for name in prepared.paths:
             self.counts[f"{name}/empty"] = prepared.meta[name]["empty"]
         self.counts["train/too_long"] = int((self._cost("train") > self.cfg.max_len + 1).sum())
-        sizes = ", ".join(f"{k} {len(v)}" for k, v in self.datasets.items())
+        sizes = ", ".join(f"{k} {len(v)}" for k, v in self._rows.items())
         drops = ", ".join(f"{k} {v}" for k, v in self.counts.items() if v)
         rank_zero_info(
             f"{prepared.location}: {sizes} pairs, vocab {self.vocab_size}; dropped: "
@@ -127,22 +212,20 @@ class TranslationDataModule(L.LightningDataModule):
 
     def _cost(self, split: str) -> np.ndarray:
         """Padded cost of each pair (N,): its longer side plus EOS (source) or BOS (target)."""
-        table = self._dataset(split).data  # Arrow columns, read without Python objects
-        src, tgt = (table.column(k).to_numpy() for k in ("src_len", "tgt_len"))  # (N,) uint16
+        src, tgt = self._rows[split].lengths()  # (N,) uint16 each
         return np.maximum(src, tgt).astype(np.int32) + 1  # (N,)
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        data = self._dataset(split).select_columns(["src_ids", "tgt_ids", "index"])
-        cost, rows = self._cost(split), None
-        if split == "train":
-            rows = np.flatnonzero(cost <= self.cfg.max_len + 1).astype(np.int32)  # (N',)
-            cost = cost[rows]  # (N',); the sampler yields dataset rows, `index` is the row
+        cost = self._cost(split)  # (N,)
+        if split == "train":  # a cost of 0 leaves a pair out; uint16 halves a large corpus's array
+            small = np.uint16 if self.cfg.max_len + 1 < 2**16 else np.int32
+            cost = np.where(cost <= self.cfg.max_len + 1, cost, 0).astype(small)  # (N,)
         epoch, replicas, rank = 0, 1, 0
         if self.trainer is not None:
             trainer = self.trainer
             epoch, replicas, rank = trainer.current_epoch, trainer.world_size, trainer.global_rank
         sampler = TokenBudgetBatchSampler(
-            cost, self.cfg.batch_tokens, shuffle, self.cfg.seed, replicas, rank, rows
+            cost, self.cfg.batch_tokens, shuffle, self.cfg.seed, replicas, rank
         )
         if shuffle and self._resume_at is not None:
             # A resumed run: the order of the epoch it stopped in (seed + epoch), minus the batches
@@ -153,5 +236,8 @@ class TranslationDataModule(L.LightningDataModule):
                 epoch, sampler.skip = epoch + 1, 0
         sampler.set_epoch(epoch)  # Lightning sets it again at each epoch start
         return DataLoader(
-            data, batch_sampler=sampler, collate_fn=collate, num_workers=self.cfg.num_workers
+            self._rows[split],
+            batch_sampler=sampler,
+            collate_fn=collate,
+            num_workers=self.cfg.num_workers,
         )

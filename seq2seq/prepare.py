@@ -6,11 +6,10 @@ of `spm_sample` sentences, and worker processes encode chunks while this one wri
 `<corpus>.lock` file, and `encoded/<corpus>-<split>-...-<tokenizer hash>/` per split: meta.json and
 Arrow IPC stream shards of SHARD_PAIRS rows with columns index (uint32), src_len, tgt_len (uint16,
 saturating), src_ids, tgt_ids (uint16 ids; uint32 over 65,536 pieces) and, in all splits but train,
-the raw text src and tgt (for BLEU, heatmaps, alignments). A split is written to a temporary folder
-and renamed when whole: a killed preparation leaves no half cache, and the next build removes its
-temporary folder. One process builds: each caller takes an exclusive `fcntl.flock` on the lock file;
-the holder builds what is missing while the others wait, then find the cache complete and read it
-(Lightning's launcher, torchrun, SLURM alike: no process group is needed).
+the raw text (BLEU, heatmaps, alignments). A split is written to a temporary folder, renamed when
+whole: a killed preparation leaves no half cache (the next build removes the temporary). One process
+builds: each takes an exclusive `fcntl.flock` on the lock file; the holder builds what is missing,
+the others wait, then find the cache complete (Lightning's launcher, torchrun, SLURM alike).
 """
 
 from __future__ import annotations
@@ -20,13 +19,14 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,30 +54,23 @@ FORMAT = 1  # bumped when the folder layout changes, so old caches are not read
 
 @dataclass
 class Prepared:
-    """A complete cache: the tokenizer, the split folders by role (train/val/test), the corpus's own
-    names for those splits, and whether this call built anything (False: it was all there)."""
+    """A complete cache: its tokenizer, and split folders and meta.json by role (train/val/test)."""
 
     tokenizer: Tokenizer
     tokenizer_file: Path
     paths: dict[str, Path]
     split_names: dict[str, str]
     location: str
+    meta: dict[str, dict[str, Any]]
     built: bool = False
-    meta: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def prepare(
     cfg: TrainConfig, test_split: str | None = None, chunk_size: int = CHUNK_PAIRS
 ) -> Prepared:
-    """Make sure the cache for `cfg` (corpus, languages, limit, tokenizer settings) is complete and
-    return it; safe to call from every process at once (see the module docstring).
-
-    Args:
-        cfg: dataset, data_dir, src, tgt, limit_train_pairs, vocab_size, spm_model, spm_sample,
-            seed, cache_dir and prepare_workers are read.
-        test_split: the split that `test` names (default: test_2016_flickr or test, when present).
-        chunk_size: pairs read, encoded and written at a time.
-    """
+    """Make sure the cache of `cfg`'s data settings is complete and return it (`built`: by this
+    call); safe to call from every process at once. `test_split`: the split that `test` names
+    (default: test_2016_flickr or test); `chunk_size`: pairs read, encoded and written at a time."""
     source = resolve_corpus(cfg.dataset, cfg.data_dir)
     names = split_names(source, test_split)
     langs = sorted((cfg.src, cfg.tgt))  # the joint model serves both directions
@@ -119,17 +112,14 @@ def _complete(
 ) -> Prepared | None:
     """The cache when all of it is there, else None."""
     file = Path(cfg.spm_model) if cfg.spm_model is not None else _spm_path(cfg, key)
-    if cfg.spm_model is not None:
-        tokenizer = _given_tokenizer(cfg.spm_model)
-    elif file.exists():
-        tokenizer = load_tokenizer(file)
-    else:
+    if cfg.spm_model is None and not file.exists():
         return None
+    tokenizer = _given_tokenizer(file) if cfg.spm_model else load_tokenizer(file)
     paths = {role: _split_path(cfg, source, split, tokenizer) for role, split in names.items()}
     if not all((p / "meta.json").exists() for p in paths.values()):
         return None
     meta = {role: json.loads((p / "meta.json").read_text()) for role, p in paths.items()}
-    return Prepared(tokenizer, file, paths, names, source.location, meta=meta)
+    return Prepared(tokenizer, file, paths, names, source.location, meta)
 
 
 def _spm_key(cfg: TrainConfig, key: str) -> str:
@@ -140,7 +130,7 @@ def _spm_path(cfg: TrainConfig, key: str) -> Path:
     return tokenizer_path(cfg.cache_dir, _spm_key(cfg, key), cfg.vocab_size)
 
 
-def _given_tokenizer(path: str) -> Tokenizer:
+def _given_tokenizer(path: str | Path) -> Tokenizer:
     try:
         return Tokenizer.from_bytes(Path(path).read_bytes())
     except OSError as err:
@@ -197,7 +187,15 @@ def _encode_split(
     try:
         chunks = _progress(stream_pairs(source, split, cfg.src, cfg.tgt, limit, chunk_size), split)
         chunks = encode_chunks(chunks, tok, workers, dtype)
-        start, rows, empty, shards, writer, fill = time.perf_counter(), 0, 0, [], None, 0
+        start, cpu, rows, empty, shards, writer, fill = (
+            time.perf_counter(),
+            _cpu(),
+            0,
+            0,
+            [],
+            None,
+            0,
+        )
         for chunk, ids in chunks:
             if writer is None or fill >= SHARD_PAIRS:
                 writer, fill = _next_shard(writer, tmp, shards, schema), 0
@@ -215,7 +213,7 @@ def _encode_split(
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    rate = f"{rows / max(seconds, 1e-9):,.0f} pairs/s, {workers} proc"
+    rate = f"{rows / max(seconds, 1e-9):,.0f} pairs/s, {workers} proc, {_cpu() - cpu:.0f} CPU s"
     _log(f"encoded {split}: {rows:,} pairs in {seconds:.1f} s ({rate})")
 
 
@@ -228,12 +226,9 @@ def _next_shard(writer: Any, folder: Path, shards: list[str], schema: pa.Schema)
 
 
 def _schema(dtype: type, text: bool) -> pa.Schema:
-    ids = pa.list_(pa.from_numpy_dtype(dtype))
-    fields = [("index", pa.uint32())] + [
-        (f"{side}_{k}", t)
-        for side in ("src", "tgt")
-        for k, t in (("len", pa.uint16()), ("ids", ids))
-    ]
+    ids, fields = pa.list_(pa.from_numpy_dtype(dtype)), [("index", pa.uint32())]
+    for side in ("src", "tgt"):
+        fields += [(f"{side}_len", pa.uint16()), (f"{side}_ids", ids)]
     return pa.schema(fields + [("src", pa.string()), ("tgt", pa.string())] * text)
 
 
@@ -280,8 +275,7 @@ def _exclusive(lock: Path) -> Iterator[None]:
 def _progress(chunks: Iterator[Pairs], split: str, what: str = "encoding") -> Iterator[Pairs]:
     from tqdm import tqdm
 
-    bar = tqdm(desc=f"{what} {split}", unit=" pairs", unit_scale=True, mininterval=2)
-    with bar:
+    with tqdm(desc=f"{what} {split}", unit=" pairs", unit_scale=True, mininterval=2) as bar:
         for chunk in chunks:
             yield chunk
             bar.update(len(chunk) + chunk.empty)
@@ -289,6 +283,12 @@ def _progress(chunks: Iterator[Pairs], split: str, what: str = "encoding") -> It
 
 def _log(message: str) -> None:
     print(f"prepare: {message}", file=sys.stderr, flush=True)
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and of its children that have ended (encoding workers)."""
+    usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    return sum(u.ru_utime + u.ru_stime for u in usage)
 
 
 def _cores() -> int:

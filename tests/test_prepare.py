@@ -12,7 +12,7 @@ import pytest
 
 from seq2seq import prepare as prep
 from seq2seq.config import TrainConfig
-from seq2seq.data import load_split
+from seq2seq.data import SplitRows, TranslationDataModule, load_split
 from seq2seq.errors import UserError
 from seq2seq.tokenizer import Tokenizer
 from tests.conftest import load_script
@@ -154,3 +154,20 @@ def test_prepare_script_reports_the_cache(tiny_corpus: Path, tmp_path: Path, cap
     assert script.main(flags) == 0 and "already prepared" in capsys.readouterr().out
     assert script.main([*flags, "--spm-sample", "0"]) == 2
     assert "error: --spm-sample must be positive" in capsys.readouterr().err
+
+
+def test_training_reads_rows_without_mapping_the_split(
+    tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(prep, "SHARD_PAIRS", 70)  # rows spread over shards and record batches
+    prep.prepare(_cfg(tiny_corpus, tmp_path), chunk_size=30)
+    dm = TranslationDataModule(_cfg(tiny_corpus, tmp_path))
+    dm.setup("fit")
+    assert sum(len(batch["index"]) for batch in dm.train_dataloader()) == 200
+    path = dm.datasets.paths["train"]
+    assert str(path) not in Path("/proc/self/maps").read_text()  # read, never memory-mapped
+    train, rows = dm.datasets["train"], SplitRows(path)  # the Arrow view, as a reference
+    some = [0, 89, 90, 91, 199, 7]
+    columns = ("index", "src_ids", "tgt_ids")
+    assert rows.__getitems__(some) == [{k: train[i][k] for k in columns} for i in some]
+    assert [x.tolist() for x in rows.lengths()] == [train["src_len"][:], train["tgt_len"][:]]
