@@ -69,8 +69,8 @@ def prepare(
     cfg: TrainConfig, test_split: str | None = None, chunk_size: int = CHUNK_PAIRS
 ) -> Prepared:
     """Make sure the cache of `cfg`'s data settings is complete and return it (`built`: by this
-    call); safe to call from every process at once. `test_split`: the split that `test` names
-    (default: test_2016_flickr or test); `chunk_size`: pairs read, encoded and written at a time."""
+    call); safe to call from every process at once. `test_split`: the split `test` names;
+    `chunk_size`: pairs read, encoded and written at a time."""
     source = resolve_corpus(cfg.dataset, cfg.data_dir)
     names = split_names(source, test_split)
     langs = sorted((cfg.src, cfg.tgt))  # the joint model serves both directions
@@ -187,15 +187,9 @@ def _encode_split(
     try:
         chunks = _progress(stream_pairs(source, split, cfg.src, cfg.tgt, limit, chunk_size), split)
         chunks = encode_chunks(chunks, tok, workers, dtype)
-        start, cpu, rows, empty, shards, writer, fill = (
-            time.perf_counter(),
-            _cpu(),
-            0,
-            0,
-            [],
-            None,
-            0,
-        )
+        start, cpu, rows, empty, fill = time.perf_counter(), _cpu(), 0, 0, 0
+        shards: list[str] = []
+        writer = None
         for chunk, ids in chunks:
             if writer is None or fill >= SHARD_PAIRS:
                 writer, fill = _next_shard(writer, tmp, shards, schema), 0
@@ -275,10 +269,17 @@ def _exclusive(lock: Path) -> Iterator[None]:
 def _progress(chunks: Iterator[Pairs], split: str, what: str = "encoding") -> Iterator[Pairs]:
     from tqdm import tqdm
 
-    with tqdm(desc=f"{what} {split}", unit=" pairs", unit_scale=True, mininterval=2) as bar:
+    # disable=None: a bar on a terminal; logs (SLURM, CI, captured stderr) get `_log`'s pairs/s line.
+    bar = tqdm(desc=f"{what} {split}", unit=" pairs", unit_scale=True, mininterval=2, disable=None)
+    try:
         for chunk in chunks:
             yield chunk
             bar.update(len(chunk) + chunk.empty)
+    except BaseException:
+        bar.leave = False  # a refused corpus leaves its one-line error alone on the screen
+        raise
+    finally:
+        bar.close()
 
 
 def _log(message: str) -> None:
@@ -292,7 +293,7 @@ def _cpu() -> float:
 
 
 def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return len(os.sched_getaffinity(0))  # the cores this process may use (a SLURM allocation's)
 
 
 def _safe(name: str) -> str:
