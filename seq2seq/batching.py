@@ -46,7 +46,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         rank: int = 0,
     ) -> None:
         if batch_tokens < 1:
-            raise UserError(f"--batch-tokens {batch_tokens} must be positive")
+            raise UserError(f"`batch_tokens` {batch_tokens} must be positive")
         self.lengths = np.asarray(lengths)  # (N,)
         if self.lengths.dtype.kind not in "iu":
             self.lengths = self.lengths.astype(np.int64)
@@ -103,8 +103,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         # __len__ stays the full count: Lightning resumes its batch counter at the skipped ones.
         order, bounds = self._batches()
         skip, self.skip = self.skip, 0
-        for start, end in bounds[:, skip:].T.tolist():
-            yield order[start:end].tolist()
+        for k in range(skip, bounds.shape[1]):  # one batch at a time: no list of them all
+            yield order[bounds[0, k] : bounds[1, k]].tolist()
 
     def __len__(self) -> int:
         return self._batches()[1].shape[1]

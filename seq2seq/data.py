@@ -33,8 +33,10 @@ class SplitRows(Dataset):
     each record batch's buffers, found once through a mapping that is closed again.
     """
 
-    COLUMNS = (("src_len", 1), ("tgt_len", 1), ("src_ids", 1), ("src_ids", 3), ("tgt_ids", 1))
-    COLUMNS += (("tgt_ids", 3),)  # (column, buffer): lengths; list offsets and values of the ids
+    # (column, buffer) of each record batch: the lengths; then the list offsets and values of ids
+    COLUMNS = [("src_len", 1), ("tgt_len", 1)] + [
+        (f"{s}_ids", i) for s in ("src", "tgt") for i in (1, 3)
+    ]
 
     def __init__(self, path: Path) -> None:
         shards = json.loads((path / "meta.json").read_text())["shards"]
@@ -42,7 +44,7 @@ class SplitRows(Dataset):
         firsts, where = [0], []  # first row of each record batch; its shard and buffer offsets
         for shard, file in enumerate(self.files):
             whole = pa.memory_map(file).read_buffer()  # zero-copy: address - base = file offset
-            for batch in pa.ipc.open_stream(whole):
+            for batch in filter(len, pa.ipc.open_stream(whole)):  # (a chunk of blank pairs: none)
                 buffers = [batch.column(c).buffers()[i] for c, i in self.COLUMNS]
                 where.append([shard, *(b.address - whole.address for b in buffers)])
                 firsts.append(firsts[-1] + batch.num_rows)
@@ -56,13 +58,14 @@ class SplitRows(Dataset):
 
     def lengths(self) -> tuple[np.ndarray, np.ndarray]:
         """Subwords of each source and target sentence, (N,) uint16 each (saturating)."""
-        sides: tuple[list, list] = ([], [])
+        sides = np.zeros((2, len(self)), np.uint16)  # (2, N)
         for b, (shard, *at) in enumerate(self.where.tolist()):
-            rows = int(self.firsts[b + 1] - self.firsts[b])
+            first, end = self.firsts[b : b + 2].tolist()
             for side, offset in zip(sides, at[:2], strict=True):
-                raw = os.pread(self._fd(shard), 2 * rows, offset)
-                side.append(np.frombuffer(raw, np.uint16))  # (rows,)
-        return tuple(np.concatenate(side) if side else np.zeros(0, np.uint16) for side in sides)
+                side[first:end] = np.frombuffer(
+                    os.pread(self._fd(shard), 2 * (end - first), offset), np.uint16
+                )
+        return sides[0], sides[1]
 
     def __getitems__(self, rows: list[int]) -> list[dict[str, Any]]:
         batches = np.searchsorted(self.firsts, rows, side="right") - 1  # (B,)
@@ -159,12 +162,12 @@ class TranslationDataModule(L.LightningDataModule):
         self._rows = {name: SplitRows(path) for name, path in prepared.paths.items()}
         for name in prepared.paths:
             self.counts[f"{name}/empty"] = prepared.meta[name]["empty"]
-        self.counts["train/too_long"] = int((self._cost("train") > self.cfg.max_len + 1).sum())
+        self.counts["train/too_long"] = int((self._cost("train") == 0).sum())
         sizes = ", ".join(f"{k} {len(v)}" for k, v in self._rows.items())
         drops = ", ".join(f"{k} {v}" for k, v in self.counts.items() if v)
         rank_zero_info(
             f"{prepared.location}: {sizes} pairs, vocab {self.vocab_size}; dropped: "
-            f"{drops or 'none'} (too_long = over --max-len {self.cfg.max_len} subwords)"
+            f"{drops or 'none'} (too_long: longer than max_len, {self.cfg.max_len} subwords)"
         )
 
     def state_dict(self) -> dict[str, int]:
@@ -211,15 +214,18 @@ class TranslationDataModule(L.LightningDataModule):
         return self.datasets[split]
 
     def _cost(self, split: str) -> np.ndarray:
-        """Padded cost of each pair (N,): its longer side plus EOS (source) or BOS (target)."""
+        """Padded cost of each pair (N,): its longer side plus EOS (source) or BOS (target); in
+        train, 0 for a pair longer than max_len, which leaves it out (uint16: 2 bytes a pair)."""
         src, tgt = self._rows[split].lengths()  # (N,) uint16 each
-        return np.maximum(src, tgt).astype(np.int32) + 1  # (N,)
+        longer = np.maximum(src, tgt, out=src)  # (N,)
+        kind = np.uint16 if split == "train" and self.cfg.max_len < 2**16 - 1 else np.int32
+        cost = longer.astype(kind) + kind(1)  # (N,); a uint16 65,535 wraps to 0: left out anyway
+        if split == "train":
+            cost[longer > self.cfg.max_len] = 0
+        return cost
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         cost = self._cost(split)  # (N,)
-        if split == "train":  # a cost of 0 leaves a pair out; uint16 halves a large corpus's array
-            small = np.uint16 if self.cfg.max_len + 1 < 2**16 else np.int32
-            cost = np.where(cost <= self.cfg.max_len + 1, cost, 0).astype(small)  # (N,)
         epoch, replicas, rank = 0, 1, 0
         if self.trainer is not None:
             trainer = self.trainer

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -62,7 +63,7 @@ def test_spm_model_is_used_as_given(
     prepared = prep.prepare(_cfg(tiny_corpus, tmp_path / "cache", spm_model=str(model)))
     assert prepared.tokenizer.to_bytes() == model.read_bytes()
     assert not list((tmp_path / "cache").glob("spm-*"))  # nothing trained, nothing cached
-    with pytest.raises(UserError, match="--spm-model .*missing.model: cannot read"):
+    with pytest.raises(UserError, match="`spm_model` .*missing.model: cannot read"):
         prep.prepare(
             _cfg(tiny_corpus, tmp_path / "cache", spm_model=str(tmp_path / "missing.model"))
         )
@@ -159,10 +160,15 @@ def test_prepare_script_reports_the_cache(tiny_corpus: Path, tmp_path: Path, cap
 def test_training_reads_rows_without_mapping_the_split(
     tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    corpus = shutil.copytree(tiny_corpus, tmp_path / "corpus")
+    for lang in ("de", "en"):  # a chunk of 30 blank pairs: a record batch without rows
+        lines = (corpus / f"train.{lang}").read_text("utf-8").splitlines(keepends=True)
+        (corpus / f"train.{lang}").write_text("".join(lines[:60] + ["\n"] * 30 + lines[60:]))
     monkeypatch.setattr(prep, "SHARD_PAIRS", 70)  # rows spread over shards and record batches
-    prep.prepare(_cfg(tiny_corpus, tmp_path), chunk_size=30)
-    dm = TranslationDataModule(_cfg(tiny_corpus, tmp_path))
+    prep.prepare(_cfg(corpus, tmp_path), chunk_size=30)
+    dm = TranslationDataModule(_cfg(corpus, tmp_path))
     dm.setup("fit")
+    assert dm.counts["train/empty"] == 30
     assert sum(len(batch["index"]) for batch in dm.train_dataloader()) == 200
     path = dm.datasets.paths["train"]
     assert str(path) not in Path("/proc/self/maps").read_text()  # read, never memory-mapped
