@@ -91,7 +91,8 @@ class AdditiveScorer(nn.Module):
     def forward(self, query: Tensor, proj_keys: Tensor) -> Tensor:
         """Args: query (B, H); proj_keys (B, S, A) from `project_keys`. Returns scores (B, S)."""
         proj_query = self.query_proj(query)  # (B, A)
-        if proj_keys.size(1) > self.RECOMPUTE_ABOVE and torch.is_grad_enabled():
+        eager = not torch.compiler.is_compiling()  # compiled, seq2seq.fast recomputes; no S guard
+        if eager and proj_keys.size(1) > self.RECOMPUTE_ABOVE and torch.is_grad_enabled():
             return AdditiveEnergy.apply(proj_query, proj_keys, self.energy.weight)  # (B, S)
         energy = torch.tanh(proj_query.unsqueeze(1) + proj_keys)  # (B, S, A)
         return self.energy(energy).squeeze(-1)  # (B, S)

@@ -104,21 +104,27 @@ class BahdanauDecoder(nn.Module):
         """o = tanh(W_o [s; c; emb]) for any leading shape: (…, H), (…, H), (…, E) -> (…, E)."""
         return self.dropout(torch.tanh(self.readout(torch.cat([dec_state, context, emb], dim=-1))))
 
-    def forward(self, state: State, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
-        """Teacher-forced unroll. Args: tgt_in (B, T). Returns features (B, T, E), weights (B, T, S)."""
-        emb = self.embed(tgt_in)  # (B, T, E)
+    def unroll(self, state: State, emb: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Steps from state["dec_state"] over emb (B, T, E) of y_0..y_{T-1}.
+
+        Returns s_1..s_T (B, T, H), c_1..c_T (B, T, H) and alpha (B, T, S). seq2seq.fast compiles this
+        loop a few steps at a time.
+        """
         states, contexts, weights = [], [], []
-        for t in range(tgt_in.size(1)):
+        for t in range(emb.size(1)):
             dec_state, context, alpha = self.attend_and_update(state, emb[:, t])
             state = {**state, "dec_state": dec_state}
             states.append(dec_state)
             contexts.append(context)
             weights.append(alpha)
+        return torch.stack(states, 1), torch.stack(contexts, 1), torch.stack(weights, 1)
+
+    def forward(self, state: State, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
+        """Teacher-forced unroll. Args: tgt_in (B, T). Returns features (B, T, E), weights (B, T, S)."""
+        emb = self.embed(tgt_in)  # (B, T, E)
+        states, contexts, weights = self.unroll(state, emb)  # (B, T, H), (B, T, H), (B, T, S)
         # The readout runs once over all steps after the loop: one large matmul instead of T small ones.
-        features = self.output_features(
-            torch.stack(states, 1), torch.stack(contexts, 1), emb
-        )  # (B, T, E)
-        return features, torch.stack(weights, 1)  # (B, T, E), (B, T, S)
+        return self.output_features(states, contexts, emb), weights  # (B, T, E), (B, T, S)
 
 
 class RNNSeq2Seq(Seq2Seq):
