@@ -21,7 +21,7 @@ from itertools import cycle
 import torch
 from torch import Tensor, nn
 
-from seq2seq.config import TrainConfig, parse_args, pick_device
+from seq2seq.config import TrainConfig, cli_message, parse_args, pick_device
 from seq2seq.errors import UserError
 from seq2seq.loss import batch_loss
 from seq2seq.models import build_model, model_args_from
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg, device = parse_args(rest), pick_device(args.device)
         result = run(args, cfg, device)
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {cli_message(err)}", file=sys.stderr)
         return 2
     if args.json:  # before the table: the figures are kept even if printing them fails
         with open(args.json, "w") as out:

@@ -26,7 +26,7 @@ from types import ModuleType
 
 import torch
 
-from seq2seq.config import TrainConfig, parse_args, pick_device
+from seq2seq.config import TrainConfig, cli_message, parse_args, pick_device
 from seq2seq.errors import UserError
 
 PRECISIONS = ("32-true", "bf16-mixed")
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         result = run(args, rest, cfg)
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {cli_message(err)}", file=sys.stderr)
         return 2
     if args.json:
         with open(args.json, "w") as out:

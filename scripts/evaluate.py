@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from sacrebleu.metrics import BLEU
 
-from seq2seq.config import decoding_parser, pick_device, search_config
+from seq2seq.config import cli_message, decoding_parser, pick_device, search_config
 from seq2seq.errors import UserError
 
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = evaluate(args)
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {cli_message(err)}", file=sys.stderr)
         return 2
     report(result, args.json)
     return 0

@@ -10,7 +10,7 @@ before a multi-process or multi-machine job; a second run finds the cache and on
 
 import sys
 
-from seq2seq.config import parse_args
+from seq2seq.config import cli_message, parse_args
 from seq2seq.errors import UserError
 
 
@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
 
         prepared = prepare(cfg)
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {cli_message(err)}", file=sys.stderr)
         return 2
     state = "built" if prepared.built else "already prepared"
     total = sum(f.stat().st_size for p in prepared.paths.values() for f in p.iterdir())

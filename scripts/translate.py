@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from seq2seq.config import decoding_parser, pick_device, search_config
+from seq2seq.config import cli_message, decoding_parser, pick_device, search_config
 from seq2seq.errors import UserError
 
 CHUNK = 1000  # lines translated together: big enough for full batches, small enough to stream
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return translate(args, sys.stdin.buffer, sys.stdout)
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {cli_message(err)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `translate.py ... | head` closed the pipe: not an error of ours
         sys.stderr.close()

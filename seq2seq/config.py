@@ -8,6 +8,7 @@ values and names its settings in errors; only this module knows how they are spe
 
 import argparse
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -239,8 +240,13 @@ def search_config(args: argparse.Namespace) -> SearchConfig:
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(SearchConfig)}
     try:
         return SearchConfig(**values)
-    except UserError as err:  # "beam must be ..." -> "--beam must be ..."
-        raise UserError(_flag(str(err).replace("_", "-"))) from None
+    except UserError as err:  # "`beam` must be ..." -> "--beam must be ..."
+        raise UserError(cli_message(err)) from None
+
+
+def cli_message(err: Exception) -> str:
+    """The library names a setting as `name` in its messages; on the command line it is --name."""
+    return re.sub(r"`([a-z][a-z0-9_]*)`", lambda found: _flag(found.group(1)), str(err))
 
 
 def pick_device(name: str) -> torch.device:

@@ -72,7 +72,7 @@ class NonFiniteLossGuard(L.Callback):
             return
         raise TrainingDiverged(
             f"training diverged: the loss or its gradients are not finite at step {step} "
-            f"(try a lower --lr); last good checkpoint: {_last_checkpoint(trainer)}"
+            f"(try a lower `lr`); last good checkpoint: {_last_checkpoint(trainer)}"
         )
 
 

@@ -2,7 +2,7 @@
 
 It streams: the corpus is read `chunk_size` pairs at a time, the tokenizer trains on a seeded sample
 of `spm_sample` sentences, and worker processes encode chunks while this one writes them. In
-`cache_dir`: `spm-<corpus>-s<sample>-r<seed>-v<vocab>-<recipe>.model` (unless --spm-model), a
+`cache_dir`: `spm-<corpus>-s<sample>-r<seed>-v<vocab>-<recipe>.model` (unless `spm_model`), a
 `<corpus>.lock` file, and `encoded/<corpus>-<split>-...-<tokenizer hash>/` per split: meta.json and
 Arrow IPC stream shards of SHARD_PAIRS rows with columns index (uint32), src_len, tgt_len (uint16,
 saturating), src_ids, tgt_ids (uint16 ids; uint32 over 65,536 pieces) and, in all splits but train,
@@ -134,15 +134,15 @@ def _given_tokenizer(path: str | Path) -> Tokenizer:
     try:
         return Tokenizer.from_bytes(Path(path).read_bytes())
     except OSError as err:
-        raise UserError(f"--spm-model {path}: cannot read it ({err.strerror})") from None
+        raise UserError(f"`spm_model` {path}: cannot read it ({err.strerror})") from None
     except UserError as err:
-        raise UserError(f"--spm-model {path}: {err}") from None
+        raise UserError(f"`spm_model` {path}: {err}") from None
 
 
 def _tokenizer(
     cfg: TrainConfig, source: CorpusSource, train: str, key: str, chunk_size: int
 ) -> Tokenizer:
-    """--spm-model as given, or the cached model, or one trained on a sample and cached."""
+    """`spm_model` as given, or the cached model, or one trained on a sample and cached."""
     if cfg.spm_model is not None:
         return _given_tokenizer(cfg.spm_model)
 
@@ -248,7 +248,7 @@ def _exclusive(lock: Path) -> Iterator[None]:
         lock.parent.mkdir(parents=True, exist_ok=True)
         handle = open(lock, "a")  # noqa: SIM115 - closed below, after the lock is released
     except OSError as err:
-        raise UserError(f"--cache-dir {lock.parent}: cannot write there ({err.strerror})") from None
+        raise UserError(f"`cache_dir` {lock.parent}: cannot write there ({err.strerror})") from None
     with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -257,7 +257,7 @@ def _exclusive(lock: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_EX)
         except OSError as err:  # e.g. ENOLCK: a network filesystem without locks
             raise UserError(
-                f"--cache-dir {lock.parent}: cannot lock {lock.name} ({err.strerror}); "
+                f"`cache_dir` {lock.parent}: cannot lock {lock.name} ({err.strerror}); "
                 "prepare the cache once with scripts/prepare.py before starting many processes"
             ) from None
         try:

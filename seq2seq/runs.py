@@ -54,7 +54,7 @@ class LastCheckpoint(ModelCheckpoint):
         )
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # Steps after the last validation (max_steps not a multiple of --val-every) are kept too.
+        # Steps after the last validation (max_steps not a multiple of val_every) are kept too.
         if not self._should_skip_saving_checkpoint(trainer):
             self._save_topk_checkpoint(trainer, self._monitor_candidates(trainer))
 
@@ -100,7 +100,7 @@ def latest_checkpoint(run_dir: str | Path) -> Path:
             versions.append((int(number), folder))
     if not versions:
         raise UserError(
-            f"--resume: nothing to resume in {run_dir} (no version_N/checkpoints/last.ckpt)"
+            f"`resume`: nothing to resume in {run_dir} (no version_N/checkpoints/last.ckpt)"
         )
     return max(versions)[1] / "checkpoints" / "last.ckpt"
 
@@ -117,9 +117,9 @@ def resume_plan(log_dir: str, name: str, resume: str | None) -> tuple[RunFolder,
         return RunFolder(log_dir, name), None
     path = latest_checkpoint(Path(log_dir) / name) if resume == "latest" else Path(resume)
     if not path.exists():
-        raise UserError(f"--resume {resume}: no such checkpoint")
+        raise UserError(f"`resume` {resume}: no such checkpoint")
     if not path.is_file():
-        raise UserError(f"--resume {resume}: a folder, not a checkpoint file")
+        raise UserError(f"`resume` {resume}: a folder, not a checkpoint file")
     version_dir = path.parent.parent
     number = version_dir.name.removeprefix("version_")
     if path.parent.name == "checkpoints" and version_dir.name != number and number.isdigit():
@@ -160,8 +160,8 @@ def check_fits(system: L.LightningModule, tokenizer: bytes, checkpoint: dict, pa
     """Refuse to resume into a model or tokenizer other than the checkpoint's (changed flags or data)."""
     if checkpoint["tokenizer"] != tokenizer:
         raise UserError(
-            f"{path}: trained with another tokenizer; resume with the same corpus, --src, --tgt, "
-            "--vocab-size and --limit-train-pairs"
+            f"{path}: trained with another tokenizer; resume with the same corpus, `src`, `tgt`, "
+            "`vocab_size` and `limit_train_pairs`"
         )
     ours, theirs = system.state_dict(), checkpoint["state_dict"]
     wrong = sorted(k for k in ours.keys() & theirs.keys() if ours[k].shape != theirs[k].shape)

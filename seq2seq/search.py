@@ -42,15 +42,15 @@ class SearchConfig:
 
     def __post_init__(self) -> None:
         if self.beam < 1:
-            raise UserError(f"beam must be at least 1, got {self.beam}")
+            raise UserError(f"`beam` must be at least 1, got {self.beam}")
         if not 1 <= self.nbest <= self.beam:
             raise UserError(
-                f"nbest must be between 1 and the beam size {self.beam}, got {self.nbest}"
+                f"`nbest` must be between 1 and the beam size {self.beam}, got {self.nbest}"
             )
         if self.max_len_ratio <= 0:
-            raise UserError(f"max_len_ratio must be positive, got {self.max_len_ratio}")
+            raise UserError(f"`max_len_ratio` must be positive, got {self.max_len_ratio}")
         if self.max_len_extra < 0:
-            raise UserError(f"max_len_extra must be zero or more, got {self.max_len_extra}")
+            raise UserError(f"`max_len_extra` must be zero or more, got {self.max_len_extra}")
 
     def limits(self, src_lens: Tensor) -> Tensor:
         """The longest output allowed per sentence: ratio * source length + extra. (B,) -> (B,)."""

@@ -158,7 +158,7 @@ class TranslationSystem(L.LightningModule):
         hp = self.hparams
         optimizer = torch.optim.Adam(self.parameters(), lr=hp.lr, betas=(0.9, 0.98), eps=1e-9)
         total = max(int(self.trainer.estimated_stepping_batches), 1)
-        # A short run (tests, --max-steps 60) must not spend itself warming up: cap warm-up at 10%.
+        # A short run (tests, max_steps 60) must not spend itself warming up: cap warm-up at 10%.
         warmup = min(hp.warmup_steps, total // 10)
         schedule = functools.partial(
             lr_factor, schedule=hp.lr_schedule, warmup=warmup, total=total, floor=hp.min_lr_ratio

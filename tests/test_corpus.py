@@ -29,7 +29,7 @@ def test_resolution_order(
     shutil.copytree(tiny_corpus, local)
     assert resolve_corpus("toy").folder == Path("data/toy")  # a local folder wins
     assert resolve_corpus("toy", data_dir=str(tiny_corpus)).folder == tiny_corpus
-    with pytest.raises(UserError, match="--data-dir .*no such folder"):
+    with pytest.raises(UserError, match="`data_dir` .*no such folder"):
         resolve_corpus("toy", data_dir=str(tmp_path / "missing"))
 
 

@@ -139,11 +139,16 @@ def test_dropped_pairs_are_counted_in_the_log(
             file.write("\n" + " ".join(["hund"] * 80) + "\n")  # one empty pair, one too long
     said: list[str] = []
     monkeypatch.setattr(seq2seq.data, "rank_zero_info", said.append)
-    cfg = TrainConfig(data_dir=str(corpus), vocab_size=60, max_len=50, cache_dir=str(tmp_path / "c"))
+    cfg = TrainConfig(
+        data_dir=str(corpus), vocab_size=60, max_len=50, cache_dir=str(tmp_path / "c")
+    )
     dm = TranslationDataModule(cfg)
     dm.prepare_data()
     dm.setup("fit")
-    assert "dropped: train/empty 1, train/too_long 1 (too_long = over --max-len 50" in said[0]
+    assert (
+        "dropped: train/empty 1, train/too_long 1 (too_long: longer than max_len, 50 subwords)"
+        in said[0]
+    )
 
 
 def test_non_finite_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(

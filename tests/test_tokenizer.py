@@ -52,7 +52,7 @@ def test_bad_model_bytes_is_user_error() -> None:
 
 def test_vocab_too_large_names_the_maximum(tiny_corpus: Path) -> None:
     texts = (tiny_corpus / "train.de").read_text("utf-8").splitlines()
-    with pytest.raises(UserError, match=r"--vocab-size 50000 is too large .*at most \d+"):
+    with pytest.raises(UserError, match=r"`vocab_size` 50000 is too large .*at most \d+"):
         Tokenizer.train(texts, vocab_size=50000)
 
 
