@@ -120,7 +120,7 @@ def resolve_corpus(name: str, data_dir: str | None = None) -> CorpusSource:
     if data_dir is not None:
         folder = Path(data_dir)
         if not folder.is_dir():
-            raise UserError(f"--data-dir {data_dir}: no such folder")
+            raise UserError(f"`data_dir` {data_dir}: no such folder")
         return CorpusSource(folder.resolve().name, str(folder), folder=folder)
     searched = []
     for folder in (Path("data") / name, SHARED_DATA / name):
@@ -161,7 +161,7 @@ def stream_pairs(
 ) -> Iterator[Pairs]:
     """Stripped, non-empty pairs of `split` in chunks of `chunk_size` rows; the first `limit` only."""
     if src_lang == tgt_lang:
-        raise UserError(f"--src and --tgt are both {src_lang!r}")
+        raise UserError(f"`src` and `tgt` are both {src_lang!r}")
     split = source.find_split(split)
     langs = source.langs(split)
     for lang in (src_lang, tgt_lang):

@@ -76,12 +76,12 @@ class Tokenizer:
             found = re.search(r"value <= (\d+)", str(err))
             if found:
                 raise UserError(
-                    f"--vocab-size {vocab_size} is too large for this corpus "
+                    f"`vocab_size` {vocab_size} is too large for this corpus "
                     f"(at most {found.group(1)})"
                 ) from None
             reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
             raise UserError(
-                f"sentencepiece could not train with --vocab-size {vocab_size}: {reason}"
+                f"sentencepiece could not train with `vocab_size` {vocab_size}: {reason}"
             ) from None
         return cls.from_bytes(model.getvalue())
 
