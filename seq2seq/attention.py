@@ -43,8 +43,8 @@ def lengths_to_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
 def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
     """Softmax over the last axis restricted to positions where `mask` is True.
 
-    Padding gets exactly zero weight. A row with no True entry comes back as all zeros, with finite values
-    and gradients, in fp32, fp16 and bf16 alike.
+    Padding gets exactly zero weight; a row with no True entry gives zeros, with finite values and
+    gradients, in fp32, fp16 and bf16 alike.
     """
     # The dtype's lowest finite value instead of -inf: an all-masked row then softmaxes to a finite
     # uniform row (not NaN), which the multiplication by the mask turns into zeros.
@@ -91,8 +91,8 @@ class AdditiveScorer(nn.Module):
     def forward(self, query: Tensor, proj_keys: Tensor) -> Tensor:
         """Args: query (B, H); proj_keys (B, S, A) from `project_keys`. Returns scores (B, S)."""
         proj_query = self.query_proj(query)  # (B, A)
-        eager = not torch.compiler.is_compiling()  # compiled, seq2seq.fast recomputes; no S guard
-        if eager and proj_keys.size(1) > self.RECOMPUTE_ABOVE and torch.is_grad_enabled():
+        long = proj_keys.size(1) > self.RECOMPUTE_ABOVE and torch.is_grad_enabled()
+        if long and not torch.compiler.is_compiling():  # compiled: seq2seq.fast recomputes itself
             return AdditiveEnergy.apply(proj_query, proj_keys, self.energy.weight)  # (B, S)
         energy = torch.tanh(proj_query.unsqueeze(1) + proj_keys)  # (B, S, A)
         return self.energy(energy).squeeze(-1)  # (B, S)
