@@ -277,8 +277,7 @@ class MultiHeadAttention(nn.Module):
         causal: bool,
         need_weights: bool,
     ) -> tuple[Tensor, Tensor | None]:
-        B, N, T, D = q.shape
-        S = k.size(2)
+        (B, N, T, D), S = q.shape, k.size(2)
         # (B, 1, T, S), or fewer leading sizes where they broadcast; None when nothing is masked
         mask = attention_mask(key_padding_mask, causal, T, S, q.device)
         p = self.dropout if self.training else 0.0
