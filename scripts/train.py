@@ -126,6 +126,7 @@ def train(cfg: TrainConfig) -> int:
         clip_norm=cfg.clip_norm,
         val_beam=cfg.val_beam,
         corpus={"dataset": cfg.dataset, "data_dir": cfg.data_dir, "src": cfg.src, "tgt": cfg.tgt},
+        compile=cfg.compile,
     )
     if checkpoint is not None:
         check_fits(system, dm.tokenizer.to_bytes(), checkpoint, ckpt_path)

@@ -166,6 +166,10 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         )
     if cfg.d_model % cfg.heads:
         raise UserError(f"--d-model {cfg.d_model} is not divisible by --heads {cfg.heads}")
+    if cfg.compile and cfg.model != "rnn":
+        raise UserError(
+            f"--compile compiles the GRU decoder (--model rnn), not --model {cfg.model}"
+        )
     if cfg.src == cfg.tgt:
         raise UserError(f"--src and --tgt are both {cfg.src!r}")
     return cfg

@@ -48,6 +48,7 @@ class TranslationSystem(L.LightningModule):
         label_smoothing: eps of the smoothed cross-entropy.
         clip_norm: gradient-norm clipping (0: off; the norm is logged either way).
         val_beam: beam size of validation BLEU (1: greedy).
+        compile: run the GRU decoder's loops compiled (seq2seq.fast.CompiledRNN).
         corpus: what the model trains on (dataset, data_dir, src, tgt), kept in checkpoints so that
             `evaluate.py --split` finds the same corpus.
     """
@@ -64,10 +65,18 @@ class TranslationSystem(L.LightningModule):
         clip_norm: float = 1.0,
         val_beam: int = 1,
         corpus: dict[str, Any] | None = None,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["model", "tokenizer"])
         self.model, self.tokenizer = model, tokenizer
+        # Compiled decoder loops (seq2seq.fast) for the loss and validation search. A plain object, not
+        # a submodule: the weights, the checkpoint and the heatmaps' CPU copy stay the model's.
+        self.fast = None
+        if compile:
+            from seq2seq.fast import CompiledRNN  # imports torch's compiler: only when asked for
+
+            self.fast = CompiledRNN(model)
         self.val_search = SearchConfig(beam=val_beam)
         self._val_outputs: list[tuple[int, str]] = []
         self._val_sums = torch.zeros(3)  # nll sum, token count, entropy sum over batches
@@ -75,11 +84,11 @@ class TranslationSystem(L.LightningModule):
 
     def forward(self, batch: dict[str, Tensor]) -> list[str]:
         """Inference: translations of a batch (beam `val_beam`), detokenized, in batch order."""
-        hyps = translate_batch(self.model, batch, self.val_search)
+        hyps = translate_batch(self.fast or self.model, batch, self.val_search)
         return [self.tokenizer.decode(ids) for ids in hyps.tokens]
 
     def _shared_step(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        return batch_loss(self.model, batch, self.hparams.label_smoothing)
+        return batch_loss(self.fast or self.model, batch, self.hparams.label_smoothing)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         """The batch's loss SUM; `on_before_optimizer_step` divides the update by its tokens."""
@@ -124,7 +133,7 @@ class TranslationSystem(L.LightningModule):
         entropy = attention_entropy(weights, batch["tgt_mask"])
         self._val_sums += torch.stack([nll_sum.float(), tokens.float(), entropy.float()]).cpu()
         # The same search code as evaluate.py, so validation BLEU is the BLEU a user will measure.
-        hyps = translate_batch(self.model, batch, self.val_search)
+        hyps = translate_batch(self.fast or self.model, batch, self.val_search)
         for index, ids in zip(batch["index"].tolist(), hyps.tokens, strict=True):
             self._val_outputs.append((index, self.tokenizer.decode(ids)))
 
