@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--pairs", type=int, required=True, help="synthetic training pairs")
     parser.add_argument("--work", default="data/benchmark_scale", help="corpus, cache, runs, logs")
-    parser.add_argument("--steps", type=int, default=5, help="training updates per run")
+    parser.add_argument("--steps", type=int, default=10, help="training updates per run")
     parser.add_argument("--no-train", action="store_true", help="measure the preparation only")
     args, rest = parser.parse_known_args(argv)
     work = Path(args.work).resolve()
