@@ -2,12 +2,11 @@
 
     python scripts/benchmark_memory.py [--quick] [--updates N] [--json FILE] [train.py flags]
 
-probe: per path of benchmark.py, a child trains on an epoch's heaviest batches (B x S x T); its peak
-RSS counts from after setup (the high-water mark is reset). train: train.py itself in a child, for
-`--updates` updates in fp32 and bf16-mixed, validating twice, heatmaps every updates/4; a callback
-added to its trainer reads VmRSS every `--every` updates; the peak is VmHWM at exit. heatmaps: the
-AttentionHeatmaps hooks timed in those runs; their share of the run, and at the defaults (an epoch
-of U updates: U/500 teacher-forced draws, one validation and its greedy draw).
+probe: per path of benchmark.py, a child trains on an epoch's heaviest batches (B x S x T); peak RSS
+from after setup. train: train.py itself in a child, `--updates` updates in fp32 and bf16-mixed,
+validating twice, heatmaps every updates/4; a callback reads VmRSS every `--every` updates; the peak
+is VmHWM at exit. heatmaps: the AttentionHeatmaps hooks timed in those runs; their share of the run,
+and at the defaults (an epoch of U updates: U/500 teacher-forced draws, a validation's greedy draw).
 """
 
 import argparse
@@ -76,7 +75,6 @@ def train_child(log: str, every: int, argv: list[str]) -> int:
 
         def __init__(self) -> None:
             self.seen: dict = {"rss": [], "draws": [], "val_sec": []}
-            self.start = time.perf_counter()
 
         def timed(self, hook: Callable, kind: str, every_n: int) -> Callable:
             def call(trainer: L.Trainer, *args) -> None:
@@ -87,8 +85,11 @@ def train_child(log: str, every: int, argv: list[str]) -> int:
 
             return call
 
+        def on_fit_start(self, *args) -> None:  # before any on_train_start: the first draw counts
+            self.start = time.perf_counter()
+
         def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-            self.start, self.seen["batches"] = time.perf_counter(), trainer.num_training_batches
+            self.seen["batches"] = trainer.num_training_batches
             self.on_train_batch_end(trainer)
 
         def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
