@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import Sampler
 
 from seq2seq.errors import UserError
-from seq2seq.tokenizer import BOS, EOS, PAD, Tokenizer
+from seq2seq.tokenizer import BOS, EOS, PAD
 
 
 class TokenBudgetBatchSampler(Sampler[list[int]]):
@@ -147,20 +147,3 @@ def collate(items: list[dict[str, Any]]) -> dict[str, Tensor]:
         batch["tgt_in"] = tgt[:, :-1].masked_fill(~batch["tgt_mask"], PAD)  # (B, T); no EOS
         batch["tgt_out"] = tgt[:, 1:]  # (B, T)
     return batch
-
-
-def source_loader(
-    tokenizer: Tokenizer, sentences: list[str], batch_tokens: int, batch_size: int | None = None
-) -> DataLoader:
-    """Length-sorted batches of raw `sentences` for evaluate/translate; `index` is the position.
-
-    Batches hold `batch_tokens` padded tokens, or `batch_size` sentences when that is given.
-    """
-    ids = tokenizer.encode_batch(list(sentences)) if sentences else []
-    items = [{"src_ids": s, "index": i} for i, s in enumerate(ids)]
-    if batch_size is None:
-        batches = TokenBudgetBatchSampler([len(s) + 1 for s in ids], batch_tokens)
-    else:
-        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths pad least
-        batches = [order[k : k + batch_size] for k in range(0, len(order), batch_size)]
-    return DataLoader(items, batch_sampler=batches, collate_fn=collate)

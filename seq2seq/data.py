@@ -17,7 +17,7 @@ import pyarrow as pa
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
-from seq2seq.batching import TokenBudgetBatchSampler, collate, source_loader  # noqa: F401
+from seq2seq.batching import TokenBudgetBatchSampler, collate
 from seq2seq.config import TrainConfig
 from seq2seq.errors import UserError
 from seq2seq.prepare import prepare

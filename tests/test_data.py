@@ -8,9 +8,9 @@ import torch
 from lightning.fabric.utilities.data import _set_sampler_epoch
 
 from seq2seq.config import TrainConfig
-from seq2seq.data import TokenBudgetBatchSampler, TranslationDataModule, collate, source_loader
+from seq2seq.data import TokenBudgetBatchSampler, TranslationDataModule, collate
 from seq2seq.errors import UserError
-from seq2seq.tokenizer import BOS, EOS, PAD, Tokenizer
+from seq2seq.tokenizer import BOS, EOS, PAD
 
 BUDGET = 64
 
@@ -170,18 +170,6 @@ def test_empty_lines_counted(tmp_path: Path, tiny_corpus: Path) -> None:
 def test_test_split_option(tiny_corpus: Path, tmp_path: Path) -> None:
     module = _module(tiny_corpus, tmp_path, test_split="val")
     assert module.split_names["test"] == "val" and module.sources("test") == module.sources("val")
-
-
-def test_source_loader(tiny_tokenizer: Tokenizer) -> None:
-    sentences = ["Der hund läuft im park", "", "Zwei kinder", "Ein mann"] * 5
-    seen = {}
-    for batch in source_loader(tiny_tokenizer, sentences, batch_tokens=24):
-        assert set(batch) == {"src", "src_lens", "src_mask", "index"}
-        assert len(batch["index"]) * batch["src"].shape[1] <= 24
-        rows = batch["src"].tolist(), batch["src_lens"].tolist(), batch["index"].tolist()
-        seen.update({index: row[:n] for row, n, index in zip(*rows, strict=True)})
-    assert sorted(seen) == list(range(20)) and seen[1] == [EOS]
-    assert tiny_tokenizer.decode(seen[0]) == sentences[0]
 
 
 @pytest.mark.parametrize("done", [0, 3, "all"])
