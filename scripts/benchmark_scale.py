@@ -1,16 +1,17 @@
 """Preparation and training start-up on a large synthetic corpus: memory, speed, cache size.
 
-    python scripts/benchmark_scale.py --pairs 1000000 [--work DIR] [--steps 20] [train.py flags]
+    python scripts/benchmark_scale.py --pairs 1000000 [--work DIR] [--steps 10] [train.py flags]
 
 1. Writes `<work>/synthetic-<N>/`: N training pairs, each two random Multi30k training pairs joined
    (seeded, so sentences are longer and varied, not copies), and Multi30k's val and test splits.
 2. Runs `scripts/prepare.py` on it in a child process (cache `<work>/cache`).
-3. Runs `scripts/train.py` for `--steps` updates on the prepared cache, then on Multi30k with the
-   same model and flags (its cache prepared beforehand), each in a child process.
+3. Runs `scripts/train.py` for `--steps` updates on it, then with the same model and flags on a
+   synthetic corpus of Multi30k's size (29,000 pairs: the same sentence lengths) and on Multi30k.
 Memory is the peak resident set: of the largest single process (the kernel's, via wait4), and of
 the whole process tree (the sum of its processes' PSS, which counts shared pages once, sampled
-every 0.2 s). "first update" is seconds from the child's start to the end of its first update.
-The extra flags (train.py's) go to both children, e.g. --spm-sample, --prepare-workers.
+every 0.2 s); "RSS at its start" is a training run's when its first batch has not yet been drawn
+(data and model). "first update" is seconds from the child's start to the end of its first update.
+The extra flags (train.py's) go to every child, e.g. --spm-sample, --prepare-workers.
 """
 
 import argparse
@@ -28,6 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
 FIRST = "benchmark_scale: first update at "
+STARTED = "benchmark_scale: MB resident when training starts "
 
 
 def write_synthetic(folder: Path, pairs: int, seed: int = 0) -> Path:
@@ -121,6 +123,10 @@ def train_child(argv: list[str]) -> int:
     spec.loader.exec_module(train)
 
     class FirstUpdate(L.Callback):
+        def on_train_start(self, trainer: L.Trainer, *args: object) -> None:
+            rss = Path("/proc/self/status").read_text().split("VmRSS:")[1].split()[0]
+            print(f"{STARTED}{int(rss) / 1024:.0f}", flush=True)  # data and model, no batch yet
+
         def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
             if trainer.global_step == 1:
                 print(f"{FIRST}{time.time():.3f}", flush=True)
@@ -133,20 +139,14 @@ def train_child(argv: list[str]) -> int:
 
 
 def measure_training(name: str, flags: list[str], work: Path, steps: int) -> dict:
-    run_flags = [
-        *flags,
-        "--max-steps",
-        str(steps),
-        "--log-dir",
-        str(work / "runs"),
-        "--run-name",
-        name,
-    ]
-    run_flags += ["--accelerator", "cpu", "--devices", "1"]
+    run_flags = [*flags, "--max-steps", str(steps), "--log-dir", str(work / "runs")]
+    run_flags += ["--run-name", name, "--accelerator", "cpu", "--devices", "1"]
     wall_start = time.time()
     result = run_child([__file__, "--train-child", *run_flags], work / f"train-{name}.log")
     found = re.search(re.escape(FIRST) + r"([\d.]+)", result["output"])
     result["first_update_s"] = float(found.group(1)) - wall_start if found else float("nan")
+    found = re.search(re.escape(STARTED) + r"(\d+)", result["output"])
+    result["start_rss_mb"] = float(found.group(1)) if found else float("nan")
     return result
 
 
@@ -192,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             peaks[name] = run["max_rss_mb"]
             rows.append((f"training on {name}: first update", f"{run['first_update_s']:.1f} s"))
+            rows.append((f"training on {name}: RSS at its start", f"{run['start_rss_mb']:,.0f} MB"))
             rows.append((f"training on {name}: peak RSS", f"{run['max_rss_mb']:,.0f} MB"))
         for other in ("multi30k", "synthetic-29000"):
             ratio = peaks[f"synthetic-{args.pairs}"] / peaks[other]
