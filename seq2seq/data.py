@@ -159,6 +159,8 @@ class TranslationDataModule(L.LightningDataModule):
         self.tokenizer, self.split_names = prepared.tokenizer, prepared.split_names
         self.vocab_size = self.tokenizer.vocab_size
         self.datasets = LazySplits(prepared.paths)
+        for name in set(prepared.paths) - {"train"}:
+            self.datasets[name]  # small: opened now (and `datasets` imported), train when asked
         self._rows = {name: SplitRows(path) for name, path in prepared.paths.items()}
         for name in prepared.paths:
             self.counts[f"{name}/empty"] = prepared.meta[name]["empty"]
