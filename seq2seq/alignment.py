@@ -5,9 +5,9 @@ convention, DESIGN §8). Attention lives on subword pieces, shaped (T, S) or (T,
 `T` target pieces, `S` source pieces and `N` heads; the last source column and the last target
 row are EOS (`</s>`). The path from attention to links is
 
-    pieces --word_spans--> word index per piece --merge_to_words--> (T_words, S_words) --hard_links-->
+    pieces --word_spans_in_text--> word per piece --merge_to_words--> (T_words, S_words) --hard_links-->
 
-**EOS policy.** `word_spans` gives special pieces (`<pad>`, `<s>`, `</s>`) the index -1, and
+**EOS policy.** The caller gives special pieces (`</s>`) the index -1 (NOT_A_WORD), and
 `merge_to_words` drops every piece with index -1: the EOS column's mass is excluded, not spread
 over the words, and the EOS row (the decision to stop) aligns to nothing. Models often park most
 of a row's mass on EOS (fairseq #4446 reports > 0.6 in almost every row), so rows of the word
@@ -22,7 +22,7 @@ AER (Och & Ney 2003), with A the hypothesis links, S the sure and P the possible
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -34,65 +34,17 @@ from seq2seq.corpus import read_lines
 from seq2seq.errors import UserError
 
 Link = tuple[int, int]  # (source word, target word), both 0-based
-WORD_START = "\u2581"  # sentencepiece's marker for a preceding space
-SPECIALS = frozenset({"<pad>", "<s>", "</s>"})
 NOT_A_WORD = -1
 _LINK = re.compile(r"([0-9]+)([-p])([0-9]+)")
 
 
-def word_spans(pieces: Sequence[str], specials: Collection[str] = SPECIALS) -> list[int]:
-    """Index of the raw-text word each sentencepiece piece belongs to.
-
-    A word starts at the first visible character after a marker (or at the sentence start, so a
-    first piece without the marker is still word 0). A piece that is only markers, such as the
-    lone "▁" sentencepiece puts before "(" or an unknown character, joins the word of the next
-    visible piece (the last word if none follows). A piece holding a marker inside ("a▁b", only
-    with `split_by_whitespace=False`) belongs to the word where it starts.
-
-    Pass surface pieces (`encode(text, out_type=str)`) or `id_to_piece` strings; in the latter an
-    unknown character reads "<unk>", which is fine because sentencepiece keeps its "▁" apart.
-
-    Args:
-        pieces: the pieces of one sentence, in order, EOS and other specials included.
-        specials: pieces that are not text; they get -1.
-
-    Returns:
-        One word index per piece: 0, 1, ... for text, -1 for specials and for a sentence whose
-        pieces are only markers.
-    """
-    words: list[int] = []
-    word, after_space, waiting = NOT_A_WORD, True, []
-    for i, piece in enumerate(pieces):
-        if piece in specials:
-            words.append(NOT_A_WORD)
-            continue
-        first = None
-        for char in piece:
-            if char == WORD_START or char.isspace():
-                after_space = True
-                continue
-            if after_space:
-                word, after_space = word + 1, False
-            if first is None:
-                first = word
-        words.append(NOT_A_WORD if first is None else first)
-        waiting.append(i)  # a marker-only piece waits for the next visible piece's word
-        if first is not None:
-            for j in waiting:
-                words[j] = first
-            waiting = []
-    for j in waiting:
-        words[j] = word  # trailing markers join the last word (-1 when there is none)
-    return words
-
-
 def word_spans_in_text(text: str, spans: Sequence[tuple[int, int]]) -> list[int]:
-    """`word_spans` from where each piece lies in the raw text: the word of `text.split()` (from 0).
+    """The word each piece belongs to, from where it lies in the raw text: `text.split()`, from 0.
 
     sentencepiece normalises before it splits (NFKC, U+200B read as a space, control characters
     dropped), so counting markers in the pieces can miss or add words; counting on the raw text
     cannot. A piece covering no visible character (a "▁" sentencepiece added, or only whitespace)
-    joins the next piece's word, or the previous one at the end, as in `word_spans`. A word no piece
+    joins the next piece's word, or the previous one at the end. A word no piece
     covers (cut off, or removed by normalisation) keeps its number and gets no piece.
 
     Args:
@@ -146,8 +98,8 @@ def merge_to_words(
 
     Args:
         weights: attention (T, S) or per head (T, N, S), T target pieces, S source pieces.
-        src_word_of_piece: S word indices from `word_spans` of the source pieces.
-        tgt_word_of_piece: T word indices from `word_spans` of the target pieces.
+        src_word_of_piece: S word indices of the source pieces (`word_spans_in_text`).
+        tgt_word_of_piece: T word indices of the target pieces (`word_spans_in_text`).
         reduce: how the rows of one target word's pieces combine, "mean" or "sum".
         renormalize: divide each row by its sum after dropping EOS; all-zero rows stay zero.
 

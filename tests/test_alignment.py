@@ -11,13 +11,12 @@ from seq2seq.alignment import (
     hard_links,
     merge_to_words,
     read_pharaoh,
-    word_spans,
 )
 from seq2seq.errors import UserError
-from seq2seq.tokenizer import Tokenizer
 
-SRC = ["▁Ein", "▁klein", "er", "▁Hund", "</s>"]  # words: Ein kleiner Hund
-TGT = ["▁A", "▁small", "▁do", "g", "</s>"]  # words: A small dog
+# The word of each piece (-1: EOS), as word_spans_in_text gives them (tests/test_translator.py).
+SRC = [0, 1, 1, 2, -1]  # ▁Ein ▁klein er ▁Hund </s>: Ein kleiner Hund
+TGT = [0, 1, 2, 2, -1]  # ▁A ▁small ▁do g </s>: A small dog
 WEIGHTS = torch.tensor(  # (T, S); rows sum to 1, EOS column last
     [
         [0.6, 0.1, 0.1, 0.0, 0.2],  # ▁A
@@ -29,36 +28,8 @@ WEIGHTS = torch.tensor(  # (T, S); rows sum to 1, EOS column last
 )
 
 
-@pytest.mark.parametrize(
-    ("pieces", "words"),
-    [
-        (SRC, [0, 1, 1, 2, -1]),
-        (["Ein", "▁klein", "er"], [0, 1, 1]),  # no marker on the first piece: still word 0
-        (["▁Ein", "▁", "(", "klein", "▁", "<unk>", "</s>"], [0, 1, 1, 1, 2, 2, -1]),
-        (["▁", "▁Hund", "▁"], [0, 0, 0]),  # marker-only pieces join the next (or last) word
-        (["<s>", "▁Ein", "▁Hund", "</s>"], [-1, 0, 1, -1]),
-        (["▁", "</s>"], [-1, -1]),  # no text, no word
-        ([], []),
-    ],
-)
-def test_word_spans(pieces: list[str], words: list[int]) -> None:
-    assert word_spans(pieces) == words
-
-
-def test_word_spans_match_whitespace_words_of_real_pieces(tiny_tokenizer: Tokenizer) -> None:
-    for text in ["Ein kleiner Hund läuft .", "  Zwei  (rote) Bälle€ im Park ", "x"]:
-        pieces = tiny_tokenizer.pieces(tiny_tokenizer.encode(text)) + ["</s>"]
-        spans = word_spans(pieces)
-        n = max(spans) + 1
-        assert n == len(text.split())
-        assert spans == sorted(spans[:-1]) + [-1]  # words come in order, EOS last
-        if "<unk>" not in pieces:
-            words = [[p for p, w in zip(pieces, spans, strict=True) if w == i] for i in range(n)]
-            assert ["".join(w).replace("▁", "") for w in words] == text.split()
-
-
 def test_merge_sums_source_pieces_averages_target_pieces_and_drops_eos() -> None:
-    words = merge_to_words(WEIGHTS, word_spans(SRC), word_spans(TGT))
+    words = merge_to_words(WEIGHTS, SRC, TGT)
     expected = torch.tensor(  # columns: Ein, klein+er, Hund; EOS column and row gone
         [
             [0.6, 0.2, 0.0],  # A
@@ -67,19 +38,19 @@ def test_merge_sums_source_pieces_averages_target_pieces_and_drops_eos() -> None
         ]
     )
     torch.testing.assert_close(words, expected)
-    summed = merge_to_words(WEIGHTS, word_spans(SRC), word_spans(TGT), reduce="sum")
+    summed = merge_to_words(WEIGHTS, SRC, TGT, reduce="sum")
     torch.testing.assert_close(summed[2], torch.tensor([0.1, 0.2, 1.2]))
-    renormed = merge_to_words(WEIGHTS, word_spans(SRC), word_spans(TGT), renormalize=True)
+    renormed = merge_to_words(WEIGHTS, SRC, TGT, renormalize=True)
     torch.testing.assert_close(renormed[0], torch.tensor([0.75, 0.25, 0.0]))  # / (1 - 0.2)
     torch.testing.assert_close(renormed.sum(-1), torch.ones(3))
 
 
 def test_merge_keeps_heads_and_zero_rows_stay_zero_when_renormalized() -> None:
     per_head = torch.stack([WEIGHTS, WEIGHTS.flip(-1)], dim=1)  # (T, N=2, S)
-    words = merge_to_words(per_head, word_spans(SRC), word_spans(TGT))
+    words = merge_to_words(per_head, SRC, TGT)
     assert words.shape == (3, 2, 3)
     for head in range(2):
-        alone = merge_to_words(per_head[:, head], word_spans(SRC), word_spans(TGT))
+        alone = merge_to_words(per_head[:, head], SRC, TGT)
         torch.testing.assert_close(words[:, head], alone)
     only_eos = torch.zeros(2, 3)  # (T, S): all mass on the EOS column
     only_eos[:, -1] = 1
@@ -89,7 +60,7 @@ def test_merge_keeps_heads_and_zero_rows_stay_zero_when_renormalized() -> None:
 
 def test_merge_rejects_mismatched_word_indices() -> None:
     with pytest.raises(ValueError, match="do not match"):
-        merge_to_words(WEIGHTS, word_spans(SRC)[:-1], word_spans(TGT))
+        merge_to_words(WEIGHTS, SRC[:-1], TGT)
 
 
 MATRIX = torch.tensor(  # (T_words, S_words)
