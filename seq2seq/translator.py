@@ -131,8 +131,6 @@ class Translator:
     def __init__(self, model: Seq2Seq, tokenizer: Tokenizer, device: str | torch.device = "cpu"):
         self.device = torch.device(device)
         self.model, self.tokenizer = model.to(self.device).eval(), tokenizer
-        # The Transformer's position table bounds every length; the GRU has none (None).
-        self.max_len = model.max_len
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu") -> "Translator":
@@ -228,9 +226,9 @@ class Translator:
     def _fit(self, id_lists: list[list[int]], places: Sequence[int], side: str) -> list[list[int]]:
         """Cut what the model cannot read (EOS or BOS still to come) to its length, with a warning
         per sentence that names its place in the caller's list."""
-        if self.max_len is None:
+        if self.model.max_len is None:  # the GRU: no limit; a Transformer: its positions
             return id_lists
-        limit = self.max_len - 1
+        limit = self.model.max_len - 1
         for ids, place in zip(id_lists, places, strict=True):
             if len(ids) > limit:
                 detail = f"the {side} has {len(ids)} subwords and the model reads {limit}: cut"
