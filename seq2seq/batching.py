@@ -33,7 +33,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
 
     An epoch's batches are built once, with numpy, and kept as arrays: the examples in batch order
     (N,) and this rank's batch bounds (2, M); an iterated batch becomes a list only when it is used.
-    `lengths` keeps its integer type (uint16 halves the memory of int32 for a large corpus).
+    `lengths` keeps its integer type (uint16 halves the memory of int32 for a large corpus); the
+    sort by length is a counting sort in chunks, so building needs no (N,) int64 array.
     """
 
     def __init__(
@@ -74,17 +75,16 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         n, replicas = len(self.lengths), self.num_replicas
         index = np.int32 if n < 2**31 else np.int64
         keys = self.lengths
-        if keys.size and keys.dtype.itemsize > 2 and 0 <= keys.min() and keys.max() < 2**16:
-            keys = keys.astype(np.uint16)  # numpy sorts 16-bit keys stably by radix: O(N)
+        counts = np.bincount(keys) if keys.size else np.zeros(1, np.int64)  # (L,) examples a length
         if self.shuffle:
             gen = torch.Generator().manual_seed(self.seed + self.epoch)
-            perm = torch.randperm(n, generator=gen, dtype=torch.int32).numpy().astype(index)
-            order = perm[np.argsort(keys[perm], kind="stable")]  # (N,) sorted, random ties
+            perm = torch.randperm(n, generator=gen, dtype=torch.int32).numpy()  # (N,)
+            order = _sort_by_key(keys, counts, perm.astype(index, copy=False))  # random ties
         else:
-            order = np.argsort(keys, kind="stable").astype(index)  # (N,)
-        order = order[np.count_nonzero(keys == 0) :]  # (N',) the left-out examples sort first
-        n = len(order)
-        starts = _greedy_starts(self.lengths[order], self.batch_tokens)  # (M,)
+            order = _sort_by_key(keys, counts, None, index)  # (N,) ties in corpus order
+        order = order[counts[0] :]  # (N',) the left-out examples (length 0) sort first
+        n, counts[0] = len(order), 0
+        starts = _greedy_starts(counts, self.batch_tokens)  # (M,)
         bounds = np.stack([starts, np.append(starts[1:], n)[: len(starts)]])  # (2, M)
         if self.shuffle:
             bounds = bounds[:, torch.randperm(bounds.shape[1], generator=gen).numpy()]
@@ -110,11 +110,35 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         return self._batches()[1].shape[1]
 
 
-def _greedy_starts(lengths: np.ndarray, budget: int) -> np.ndarray:
-    """Where each batch starts in ascending `lengths` (N,) when examples are added in order while
-    (batch size + 1) * newcomer's length <= budget: the greedy fill, one numpy step per distinct
-    length. Within a run of equal length L a batch holds at most budget // L examples (at least 1)."""
-    counts = np.bincount(lengths) if lengths.size else np.zeros(0, np.int64)
+def _sort_by_key(
+    keys: np.ndarray, counts: np.ndarray, items: np.ndarray | None, index: type = np.int32
+) -> np.ndarray:
+    """`items` (N,) (None: 0..N-1 as `index`) ordered by `keys[items]`, ties in their order in
+    `items`: `items[np.argsort(keys[items], kind="stable")]`, without that (N,) int64 argsort. A
+    counting sort (`counts` = np.bincount(keys)) in chunks: beyond the result, memory is O(chunk)."""
+    n = len(keys)
+    order = np.empty(n, items.dtype if items is not None else index)  # (N,)
+    free = np.concatenate([[0], np.cumsum(counts)[:-1]])  # (L,) the next free slot of each key
+    for start in range(0, n, _CHUNK):
+        end = min(n, start + _CHUNK)
+        chunk = items[start:end] if items is not None else np.arange(start, end, dtype=index)
+        key = keys[chunk]  # (C,)
+        by = np.argsort(key, kind="stable")  # (C,)
+        sorted_key = key[by]  # (C,)
+        rank = np.arange(len(by)) - np.searchsorted(sorted_key, sorted_key)  # (C,) within its key
+        order[free[sorted_key] + rank] = chunk[by]
+        free += np.bincount(key, minlength=len(free))
+    return order
+
+
+_CHUNK = 1 << 20  # examples sorted at a time by _sort_by_key
+
+
+def _greedy_starts(counts: np.ndarray, budget: int) -> np.ndarray:
+    """Where each batch starts among the examples sorted by length, `counts[L]` of length L (L > 0),
+    when examples are added in order while (batch size + 1) * newcomer's length <= budget: the
+    greedy fill, one numpy step per distinct length. Within a run of equal length L a batch holds
+    at most budget // L examples (at least 1)."""
     starts, open_size, first = [], None, 0  # open_size: examples in the batch being filled
     for length in np.flatnonzero(counts).tolist():
         m, cap = int(counts[length]), budget // max(length, 1)

@@ -7,6 +7,7 @@ import pytest
 import torch
 from lightning.fabric.utilities.data import _set_sampler_epoch
 
+from seq2seq import batching
 from seq2seq.config import TrainConfig
 from seq2seq.data import TokenBudgetBatchSampler, TranslationDataModule, collate
 from seq2seq.errors import UserError
@@ -85,6 +86,22 @@ def test_vectorised_batches_equal_the_plain_greedy_rule(seed: int) -> None:
     shuffled = list(TokenBudgetBatchSampler(lengths, 60, shuffle=True, seed=seed))
     assert sorted(map(len, shuffled)) == sorted(map(len, _greedy(lengths, 60)))  # ties shuffled
     assert sorted(i for b in shuffled for i in b) == list(range(len(lengths)))  # each once
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1 << 20])
+def test_chunked_counting_sort_equals_a_stable_argsort(
+    chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(batching, "_CHUNK", chunk)
+    rng = np.random.default_rng(chunk)
+    keys = rng.integers(0, 30, 1000).astype(np.uint16)  # many ties: their order is what can break
+    items = rng.permutation(1000).astype(np.int32)
+    counts = np.bincount(keys)
+    got = batching._sort_by_key(keys, counts, items)
+    assert got.tolist() == items[np.argsort(keys[items], kind="stable")].tolist()
+    assert got.dtype == np.int32
+    plain = batching._sort_by_key(keys, counts, None)
+    assert plain.tolist() == np.argsort(keys, kind="stable").tolist()
 
 
 def test_epoch_is_built_once_into_arrays(monkeypatch: pytest.MonkeyPatch) -> None:
