@@ -57,6 +57,18 @@ def read_only_log_dir(tmp: Path) -> list[str]:
     return ["--log-dir", str(tmp / "ro" / "runs")]
 
 
+def spm_model_missing(tmp: Path) -> list[str]:
+    return ["--spm-model", str(tmp / "missing.model")]
+
+
+def cache_dir_unwritable(tmp: Path) -> list[str]:
+    if os.geteuid() == 0:  # as read_only_log_dir
+        return ["--cache-dir", "/sys/seq2seq-cache"]
+    (tmp / "ro").mkdir()
+    (tmp / "ro").chmod(0o555)
+    return ["--cache-dir", str(tmp / "ro" / "seq2seq-cache")]
+
+
 def resume_missing_path(tmp: Path) -> list[str]:
     return ["--resume", str(tmp / "nope.ckpt")]
 
@@ -91,6 +103,8 @@ CASES: list[tuple[Callable[[Path], list[str]], tuple[str, ...]]] = [
     (vocab_too_large, ("--vocab-size 5000 is too large for this corpus (at most",)),
     (log_dir_under_a_file, ("notes.txt is a file, not a folder",)),
     (read_only_log_dir, ("cannot write in", "(Permission denied)")),
+    (spm_model_missing, ("--spm-model", "missing.model: cannot read it (No such file or directory)")),
+    (cache_dir_unwritable, ("--cache-dir", "seq2seq-cache: cannot write there")),
     (resume_missing_path, ("nope.ckpt: no such checkpoint",)),
     (resume_nothing, ("--resume: nothing to resume in", "rnn-additive")),
     (resume_truncated, ("t.ckpt: not a readable checkpoint (truncated",)),
@@ -107,7 +121,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    if case is read_only_log_dir and os.geteuid() == 0 and not Path("/sys/kernel").is_dir():
+    if case in (read_only_log_dir, cache_dir_unwritable) and os.geteuid() == 0 and not Path("/sys/kernel").is_dir():
         pytest.skip("root writes through permission bits, and there is no sysfs")
     monkeypatch.chdir(tmp_path)  # the data cache goes to ./data/cache
     corpus = write_corpus(tmp_path / "good", SMALL)
