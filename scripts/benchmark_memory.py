@@ -168,7 +168,7 @@ def run(args: argparse.Namespace, rest: list[str], cfg: TrainConfig) -> dict:
         procs = {k: spawn(["--probe", k, *flags, *rest], logs[k]) for k in names}
         out["probe"] = {k: json.loads(output(procs[k], logs[k])) for k in names}
         accelerator, runs = "gpu" if args.device.startswith("cuda") else args.device, tmp + "/runs"
-        for precision in PRECISIONS:  # one after the other: each has the machine to itself
+        for precision in args.precisions:  # one after the other: each has the machine to itself
             seen, log = Path(tmp, f"{precision}.json"), Path(tmp, f"{precision}.log")
             flags = [f"--max-steps={args.updates}", f"--precision={precision}", "--devices=1",
                      f"--val-every={max(1, args.updates // 2)}", f"--accelerator={accelerator}",
@@ -218,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--quick", action="store_true", help="short runs: every figure, noisy")
     p.add_argument("--updates", type=int, default=20 if quick else 200, help="of each train run")
+    p.add_argument(
+        "--precisions", nargs="+", default=PRECISIONS, metavar="P", help="of the train runs"
+    )
     p.add_argument("--every", type=int, help="read RSS every N updates (default: updates / 4)")
     p.add_argument("--threads", type=int, default=torch.get_num_threads(), help=argparse.SUPPRESS)
     p.add_argument("--device", default="cpu", help="cpu or cuda (train.py: --accelerator gpu)")

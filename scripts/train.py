@@ -1,6 +1,5 @@
 """Train a translator: `python scripts/train.py --score additive` (see --help for every flag)."""
 
-import ctypes
 import dataclasses
 import os
 import sys
@@ -63,23 +62,6 @@ def _print_error(err: Exception) -> None:
         print(f"error: {cli_message(err)}", file=sys.stderr)
 
 
-def bound_cpu_memory() -> None:
-    """Keep a bf16 run's memory flat on the CPU.
-
-    Under bf16 autocast every CPU matmul goes through oneDNN, which compiles a primitive per exact
-    shape and keeps up to 1,024 of them; token-budget batches bring new row counts (real target
-    tokens, packed-GRU steps) almost every batch, so RSS grew from 1.0 to 5.0 GB over a default run
-    (fp32 goes through MKL, which keeps nothing per shape). glibc made it about 4x worse: the cached
-    primitives pinned its heap, fragmented by per-batch buffers of varying size. Here: a smaller
-    primitive cache, and a fixed mmap threshold so large buffers go back to the OS when freed.
-    """
-    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "256")  # read at the first primitive
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD, fixed: no adapting
-    except (OSError, AttributeError):  # not glibc: nothing to tune
-        pass
-
-
 def train(cfg: TrainConfig) -> int:
     import lightning as L
     from lightning.pytorch.callbacks import EarlyStopping
@@ -99,8 +81,6 @@ def train(cfg: TrainConfig) -> int:
     )
     from seq2seq.system import TranslationSystem
 
-    if cfg.precision.startswith("bf16") and cfg.accelerator in ("cpu", "auto"):
-        bound_cpu_memory()  # a GPU run's matmuls are cuBLAS's: nothing to bound on the host
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     # Validation metrics come from outputs gathered across ranks: every rank logs the same value.
     warnings.filterwarnings("ignore", ".*sync_dist=True.*")

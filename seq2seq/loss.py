@@ -6,13 +6,15 @@ The NLL (eps = 0) comes out of the same pass: it is what perplexity reports.
 """
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from seq2seq.interface import Seq2Seq
 
 
 def smoothed_nll(logits: Tensor, target: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
-    """Label-smoothed cross-entropy and plain NLL, both summed. logits (N, V), target (N,).
+    """Label-smoothed cross-entropy and plain NLL, both summed. logits (N', V), target (N,), N <= N':
+    rows past N are padding, with no loss and a zero gradient.
 
     One log-softmax serves both: the loss to optimise and the NLL behind perplexity.
     """
@@ -31,8 +33,9 @@ class SmoothedCrossEntropy(torch.autograd.Function):
     def forward(ctx, logits: Tensor, target: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
         # At least fp32: bf16 logits (autocast) are widened; float64 (gradcheck) stays as it is.
         log_probs = logits.to(torch.promote_types(logits.dtype, torch.float32)).log_softmax(-1)
-        nll = -log_probs.gather(1, target.unsqueeze(1)).squeeze(1)  # (N,)
-        uniform = -log_probs.mean(-1)  # (N,) cross-entropy against the uniform distribution
+        real = log_probs[: len(target)]  # (N, V)
+        nll = -real.gather(1, target.unsqueeze(1)).squeeze(1)  # (N,)
+        uniform = -real.mean(-1)  # (N,) cross-entropy against the uniform distribution
         loss = (1.0 - smoothing) * nll + smoothing * uniform  # (N,)
         ctx.save_for_backward(log_probs, target)
         ctx.smoothing, ctx.logits_dtype = smoothing, logits.dtype
@@ -43,10 +46,19 @@ class SmoothedCrossEntropy(torch.autograd.Function):
         log_probs, target = ctx.saved_tensors
         eps, vocab = ctx.smoothing, log_probs.size(-1)
         # d loss / d logits = p - (1 - eps) onehot - eps / V;  d nll / d logits = p - onehot.
-        grad = log_probs.exp().mul_(grad_loss + grad_nll).sub_(grad_loss * (eps / vocab))  # (N, V)
+        grad = log_probs.exp().mul_(grad_loss + grad_nll).sub_(grad_loss * (eps / vocab))  # (N', V)
         rows = torch.arange(len(target), device=target.device)  # (N,)
         grad[rows, target] -= grad_loss * (1.0 - eps) + grad_nll
+        grad[len(target) :] = 0  # padding rows
         return grad.to(ctx.logits_dtype), None, None
+
+
+# The output layer's row count is a batch's real target tokens, new with almost every batch. Under bf16
+# autocast on a CPU each new shape of that (N_tok, V) matmul is a oneDNN primitive whose memory is not
+# given back (see seq2seq.rnn._fp32_on_cpu for the rest of the story). Rounded up to a multiple of 64
+# (at most 63 zero rows, which get no loss: 3% at the default 2,048-token batches), at most
+# batch_tokens / 64 shapes occur.
+ROWS = 64
 
 
 def batch_loss(
@@ -54,11 +66,13 @@ def batch_loss(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Teacher-forced loss of a batch: smoothed loss sum, NLL sum, real token count, attention weights.
 
-    The output layer runs once, on the real target positions only: padding costs no V-sized work.
+    The output layer runs once, on the real target positions only, their count rounded up to a multiple
+    of ROWS: the few zero rows keep the number of shapes it sees small (ROWS below).
     """
     state = model.encode(batch["src"], batch["src_lens"], batch["src_mask"])
     features, weights = model.decode(state, batch["tgt_in"])  # (B, T, O), (B, T, [N,] S)
     mask = batch["tgt_mask"]  # (B, T)
-    logits = model.generator(features[mask])  # (N_tok, V)
+    rows = features[mask]  # (N_tok, O)
+    logits = model.generator(F.pad(rows, (0, 0, 0, -len(rows) % ROWS)))  # (N', V), N' = N_tok + pad
     loss_sum, nll_sum = smoothed_nll(logits, batch["tgt_out"][mask], label_smoothing)
     return loss_sum, nll_sum, mask.sum(), weights

@@ -103,7 +103,10 @@ CASES: list[tuple[Callable[[Path], list[str]], tuple[str, ...]]] = [
     (vocab_too_large, ("--vocab-size 5000 is too large for this corpus (at most",)),
     (log_dir_under_a_file, ("notes.txt is a file, not a folder",)),
     (read_only_log_dir, ("cannot write in", "(Permission denied)")),
-    (spm_model_missing, ("--spm-model", "missing.model: cannot read it (No such file or directory)")),
+    (
+        spm_model_missing,
+        ("--spm-model", "missing.model: cannot read it (No such file or directory)"),
+    ),
     (cache_dir_unwritable, ("--cache-dir", "seq2seq-cache: cannot write there")),
     (resume_missing_path, ("nope.ckpt: no such checkpoint",)),
     (resume_nothing, ("--resume: nothing to resume in", "rnn-additive")),
@@ -121,7 +124,11 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    if case in (read_only_log_dir, cache_dir_unwritable) and os.geteuid() == 0 and not Path("/sys/kernel").is_dir():
+    if (
+        case in (read_only_log_dir, cache_dir_unwritable)
+        and os.geteuid() == 0
+        and not Path("/sys/kernel").is_dir()
+    ):
         pytest.skip("root writes through permission bits, and there is no sysfs")
     monkeypatch.chdir(tmp_path)  # the data cache goes to ./data/cache
     corpus = write_corpus(tmp_path / "good", SMALL)

@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from seq2seq import loss
 from seq2seq.attention import lengths_to_mask
 from seq2seq.loss import batch_loss, smoothed_nll
 from seq2seq.rnn import RNNSeq2Seq
@@ -40,6 +41,48 @@ def test_smoothed_nll_of_bf16_logits_is_fp32_with_bf16_gradients() -> None:
     assert loss.dtype == nll.dtype == torch.float32
     loss.backward()
     assert logits.grad.dtype == torch.bfloat16 and torch.isfinite(logits.grad.float()).all()
+
+
+def test_padding_rows_of_the_logits_add_no_loss_and_get_no_gradient() -> None:
+    logits, target = torch.randn(5, 7, requires_grad=True), torch.randint(0, 7, (5,))
+    padded = torch.cat([logits, torch.randn(3, 7)]).detach().requires_grad_()
+    loss, nll = smoothed_nll(logits, target, 0.1)
+    loss_p, nll_p = smoothed_nll(padded, target, 0.1)
+    torch.testing.assert_close((loss_p, nll_p), (loss, nll))
+    (loss + nll).backward()
+    (loss_p + nll_p).backward()
+    torch.testing.assert_close(padded.grad[:5], logits.grad)
+    assert not padded.grad[5:].any()
+
+
+def test_the_output_layer_sees_row_counts_in_multiples_of_rows() -> None:
+    model, batch = RNNSeq2Seq(14, 8, 16, dropout=0.0), reverse_batch()
+    seen = []
+    model.generator.register_forward_hook(lambda m, args, out: seen.append(args[0].size(0)))
+    batch_loss(model, batch, 0.1)
+    real = int(batch["tgt_mask"].sum())
+    assert seen == [-(-real // loss.ROWS) * loss.ROWS] and seen[0] > real
+
+
+def test_under_cpu_bf16_autocast_only_the_output_layer_runs_in_bf16() -> None:
+    model, batch = RNNSeq2Seq(14, 8, 16, dropout=0.0), reverse_batch()
+    dtypes = {}
+    for name in ("encoder", "decoder", "generator"):
+
+        def hook(module, args, out, name=name) -> None:
+            dtypes.setdefault(name, out[0].dtype)
+
+        getattr(model, name).register_forward_hook(hook)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        batch_loss(model, batch, 0.1)
+        logits, _, _ = model.step(model.encode(batch["src"], batch["src_lens"], batch["src_mask"]),
+                                  batch["tgt_in"][:, 0])  # fmt: skip
+    assert dtypes == {
+        "encoder": torch.float32,
+        "decoder": torch.float32,
+        "generator": torch.bfloat16,
+    }
+    assert logits.dtype == torch.float32  # search: one step, all of it fp32
 
 
 def reverse_batch(n: int = 6, vocab: int = 14) -> dict[str, torch.Tensor]:
