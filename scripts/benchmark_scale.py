@@ -1,6 +1,6 @@
 """Preparation and training start-up on a large synthetic corpus: memory, speed, cache size.
 
-    python scripts/benchmark_scale.py --pairs 1000000 [--work DIR] [--steps 10] [train.py flags]
+    python scripts/benchmark_scale.py --pairs 1000000 [--work DIR] [--steps 100] [train.py flags]
 
 1. Writes `<work>/synthetic-<N>/`: N training pairs, each two random Multi30k training pairs joined
    (seeded, so sentences are longer and varied, not copies), and Multi30k's val and test splits.
@@ -159,7 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--pairs", type=int, required=True, help="synthetic training pairs")
     parser.add_argument("--work", default="data/benchmark_scale", help="corpus, cache, runs, logs")
-    parser.add_argument("--steps", type=int, default=10, help="training updates per run")
+    parser.add_argument(
+        "--steps", type=int, default=100,
+        help="training updates per run (a run's peak is the heaviest batch it has drawn)",
+    )  # fmt: skip
     parser.add_argument("--no-train", action="store_true", help="measure the preparation only")
     args, rest = parser.parse_known_args(argv)
     work = Path(args.work).resolve()
