@@ -67,7 +67,7 @@ def batch_loss(
     """Teacher-forced loss of a batch: smoothed loss sum, NLL sum, real token count, attention weights.
 
     The output layer runs once, on the real target positions only, their count rounded up to a multiple
-    of ROWS: the few zero rows keep the number of shapes it sees small (ROWS below).
+    of ROWS: the few zero rows keep the number of shapes it sees small (see ROWS).
     """
     state = model.encode(batch["src"], batch["src_lens"], batch["src_mask"])
     features, weights = model.decode(state, batch["tgt_in"])  # (B, T, O), (B, T, [N,] S)
