@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import write_corpus
 
@@ -204,3 +205,118 @@ def test_only_the_temporaries_of_dead_owners_are_removed(tmp_path: Path) -> None
     remove_orphans(target, said.append)
     left = {name for name, path in names.items() if path.exists()}
     assert left == {"mine", "live", "other host"} and len(said) == 3
+
+
+TRAIN = ROOT / "scripts" / "train.py"
+
+
+@pytest.mark.slow
+def test_training_killed_while_writing_a_checkpoint_resumes_to_its_last_step(
+    tiny_corpus: Path, tmp_path: Path
+) -> None:
+    from seq2seq.checkpoint import TEMP_SUFFIX
+    from tests.conftest import tiny_train_args
+
+    # A wider model than the tiny one, so that a checkpoint takes a while to write and fsync.
+    args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--hidden-size", "256",
+                           "--emb-size", "128", "--val-every", "3", "--max-epochs", "1000")  # fmt: skip
+    ckpts = tmp_path / "runs" / "rnn-additive" / "version_0" / "checkpoints"
+    run = subprocess.Popen([sys.executable, str(TRAIN), *args, "--max-steps", "400"], cwd=tmp_path,
+                           env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and run.poll() is None:
+            # A run killed in its very first write has nothing to resume: wait for one whole one.
+            whole = (ckpts / "last.ckpt").exists()
+            if whole and list(ckpts.glob(f".*.ckpt.*{TEMP_SUFFIX}")):
+                run.send_signal(signal.SIGKILL)  # mid-write: the temporary is still there
+                break
+            time.sleep(0.001)
+        assert run.wait(10) == -signal.SIGKILL, "finished before it could be killed"
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert list(ckpts.glob(f".*.ckpt.*{TEMP_SUFFIX}")), "the kill came after the write"
+    resumed = subprocess.run(
+        [sys.executable, str(TRAIN), *args, "--max-steps", "15", "--resume"], cwd=tmp_path,
+        env=_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert torch.load(ckpts / "last.ckpt", weights_only=False)["global_step"] == 15
+    assert not list(ckpts.glob(f".*{TEMP_SUFFIX}"))  # the torn write is gone
+
+
+def _descendants(root: int) -> dict[int, bytes]:
+    """Command lines of the processes below `root`, found through /proc's parent links (torchrun
+    starts its workers in sessions of their own, so the process group does not find them)."""
+    parents, commands = {}, {}
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit():
+                stat = (proc / "stat").read_text()
+                parents[int(proc.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+                commands[int(proc.name)] = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+    found, frontier = {}, [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent and pid not in found:
+                found[pid] = commands.get(pid, b"")
+                frontier.append(pid)
+    return found
+
+
+def _alive(pids: list[int], seconds: float) -> list[int]:
+    """Those of `pids` still running after up to `seconds` (zombies count as gone)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = []
+        for pid in pids:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state != "Z":
+                left.append(pid)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc (Linux)")
+def test_torchrun_with_one_rank_killed_ends_and_resumes_to_its_last_step(
+    tiny_corpus: Path, tmp_path: Path
+) -> None:
+    from tests.test_ddp import ddp_flags, free_port
+
+    flags = ddp_flags(tiny_corpus, tmp_path, "--val-every", "5", "--devices", "2")
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+               "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(TRAIN),
+               *flags]  # fmt: skip
+    env = {**_env(), "OMP_NUM_THREADS": "1"}
+    ckpts = tmp_path / "runs" / "rnn-additive" / "version_0" / "checkpoints"
+    run = subprocess.Popen([*command, "--max-steps", "2000"], cwd=tmp_path, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (ckpts / "last.ckpt").exists() and time.monotonic() < deadline:
+            assert run.poll() is None, "torchrun ended before its first checkpoint"
+            time.sleep(0.05)
+        job = _descendants(run.pid)
+        ranks = [pid for pid, env in job.items() if b"LOCAL_RANK=" in env]
+        victim = next(pid for pid, env in job.items() if b"\0LOCAL_RANK=1\0" in b"\0" + env)
+        assert len(ranks) >= 2
+        os.kill(victim, signal.SIGKILL)  # one rank of two: an OOM kill on one node
+        assert run.wait(90) != 0  # torchrun sees the failure and stops the other rank
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    assert not _alive(list(job), 30), "a process of the killed job is still alive"
+    resumed = subprocess.run([*command, "--max-steps", "40", "--resume"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert torch.load(ckpts / "last.ckpt", weights_only=False)["global_step"] == 40
