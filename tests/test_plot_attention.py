@@ -1,9 +1,11 @@
-"""scripts/plot_attention.py: one panel per checkpoint, side by side; a bad index is one line."""
+"""scripts/plot_attention.py: one panel per checkpoint, side by side; training's heatmaps into a
+TensorBoard run; a bad index is one line."""
 
 from pathlib import Path
 
 import numpy as np
 from matplotlib.image import imread
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from seq2seq.plotting import side_by_side
 from tests.conftest import load_script
@@ -23,6 +25,18 @@ def test_each_checkpoint_adds_a_panel_to_the_right(tiny_checkpoint: Path, tmp_pa
     beam = tmp_path / "beam.png"
     assert plot_attention.main([ckpt, "--index", "3", "--beam", "2", "--out", str(beam)]) == 0
     assert imread(beam).shape != panel.shape or not np.array_equal(imread(beam), panel)
+
+
+def test_tensorboard_gets_the_images_training_logs(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    argv = [str(tiny_checkpoint), "--tensorboard", str(tmp_path / "tb"), "--sentences", "3"]
+    assert plot_attention.main(argv) == 0
+    events = EventAccumulator(str(tmp_path / "tb" / tiny_checkpoint.stem))
+    events.Reload()
+    tags = sorted(events.Tags()["images"])
+    assert tags == sorted(
+        [f"align/{i}" for i in range(3)] + [f"align/{i}/greedy" for i in range(3)]
+    )
+    assert not list(tmp_path.glob("*.png"))  # no --out: no image file
 
 
 def test_an_index_past_the_split_is_refused_in_one_line(
