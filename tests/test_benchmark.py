@@ -18,6 +18,7 @@ from tests.conftest import load_script
 
 benchmark = load_script("benchmark")
 benchmark_memory = load_script("benchmark_memory")
+plot_benchmarks = load_script("plot_benchmarks")
 TINY = ["--vocab-size", "100", "--emb-size", "16", "--hidden-size", "32", "--batch-tokens", "400"]
 
 
@@ -145,6 +146,18 @@ def test_quick_benchmark_writes_every_figure(tiny_corpus, tmp_path, monkeypatch,
         figures["peak_gpu_mb"] = 630.0
     gpu = benchmark.render(result)
     assert "peak GPU MB" in gpu and "bf16 700,000" in gpu and "NVIDIA H200" in gpu
+    # plot_benchmarks draws the JSON as written: a bar per path, tallest where tokens/s are highest.
+    assert plot_benchmarks.main(["--speed", str(out), "--out-dir", str(tmp_path)]) == 0
+    assert (tmp_path / "speed.png").stat().st_size > 0
+    written = json.loads(out.read_text())
+    bars = plot_benchmarks.speed_figure(written).axes[0].patches
+    speeds = [f["tokens_per_sec"] for f in written["paths"].values()]
+    assert [bar.get_height() for bar in bars] == pytest.approx(speeds)
+    # A skipped path is a labelled gap after the bars that ran.
+    written["skipped"] = {"bf16": "skipped: no native bf16"}
+    del written["paths"]["bf16"]
+    ax = plot_benchmarks.speed_figure(written).axes[0]
+    assert len(ax.patches) == 2 and [t.get_text() for t in ax.get_xticklabels()][-1] == "bf16"
 
 
 def test_bf16_path_is_skipped_on_a_cpu_without_native_bf16() -> None:
@@ -188,6 +201,16 @@ def test_quick_memory_benchmark_reports_probes_runs_and_heatmaps(
         assert heatmaps["greedy_sec"] > 0 and heatmaps["teacher_forced_sec"] > 0
     table = capsys.readouterr().out
     assert "bf16-mixed" in table and "RSS at update 4" in table and "share at defaults" in table
+    # plot_benchmarks: per run, its RSS readings over updates and its peak as a flat line.
+    assert plot_benchmarks.main(["--memory", str(out), "--out-dir", str(tmp_path)]) == 0
+    assert (tmp_path / "memory.png").stat().st_size > 0
+    lines = plot_benchmarks.memory_figure(result).axes[0].get_lines()
+    assert len(lines) == 2 * len(result["train"])
+    pairs = zip(result["train"].values(), lines[::2], lines[1::2], strict=True)
+    for run, rss, peak in pairs:
+        assert list(rss.get_xdata()) == [0, 1, 2, 3, 4]
+        assert list(rss.get_ydata()) == [r["mb"] for r in run["rss"]]
+        assert set(peak.get_ydata()) == {run["peak_rss_mb"]}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal needs a machine without CUDA")
