@@ -23,8 +23,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from seq2seq.attention import MultiHeadAttention
 from seq2seq.interface import Seq2Seq, State
-from seq2seq.multihead import MultiHeadAttention
 
 
 class PositionalEncoding(nn.Module):
