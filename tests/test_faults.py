@@ -218,8 +218,8 @@ def test_training_killed_while_writing_a_checkpoint_resumes_to_its_last_step(
     from tests.conftest import tiny_train_args
 
     # A wider model than the tiny one, so that a checkpoint takes a while to write and fsync.
-    args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--hidden-size", "256",
-                           "--emb-size", "128", "--val-every", "3", "--max-epochs", "1000")  # fmt: skip
+    args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--hidden-size", "512",
+                           "--emb-size", "64", "--val-every", "2", "--max-epochs", "1000")  # fmt: skip
     ckpts = tmp_path / "runs" / "rnn-additive" / "version_0" / "checkpoints"
     run = subprocess.Popen([sys.executable, str(TRAIN), *args, "--max-steps", "400"], cwd=tmp_path,
                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
@@ -237,12 +237,13 @@ def test_training_killed_while_writing_a_checkpoint_resumes_to_its_last_step(
         if run.poll() is None:
             run.kill()
     assert list(ckpts.glob(f".*.ckpt.*{TEMP_SUFFIX}")), "the kill came after the write"
+    target = torch.load(ckpts / "last.ckpt", weights_only=False)["global_step"] + 3
     resumed = subprocess.run(
-        [sys.executable, str(TRAIN), *args, "--max-steps", "15", "--resume"], cwd=tmp_path,
+        [sys.executable, str(TRAIN), *args, "--max-steps", str(target), "--resume"], cwd=tmp_path,
         env=_env(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert torch.load(ckpts / "last.ckpt", weights_only=False)["global_step"] == 15
+    assert torch.load(ckpts / "last.ckpt", weights_only=False)["global_step"] == target
     assert not list(ckpts.glob(f".*{TEMP_SUFFIX}"))  # the torn write is gone
 
 
