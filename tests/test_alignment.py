@@ -11,6 +11,7 @@ from seq2seq.alignment import (
     hard_links,
     merge_to_words,
     read_pharaoh,
+    symmetrize,
 )
 from seq2seq.errors import UserError
 
@@ -138,3 +139,25 @@ def test_aer_zero_denominators_and_length_mismatch() -> None:
     assert (only_possible.precision, only_possible.aer) == (0.5, 0.5)
     with pytest.raises(UserError, match="2 hypothesis sentences but 1 gold"):
         alignment_error_rate([set(), set()], [(set(), set())])
+
+
+def test_symmetrize_by_hand() -> None:
+    # Five source and five target words; links are (source, target).
+    fwd = {(0, 0), (1, 1), (2, 1), (4, 4)}
+    rev = {(0, 0), (1, 1), (0, 1), (3, 4)}
+    # intersection: {0-0, 1-1}; union adds 2-1, 4-4 (forward only) and 0-1, 3-4 (reverse only).
+    assert symmetrize(fwd, rev, "intersect") == [(0, 0), (1, 1)]
+    # grow-diag, from the intersection:
+    #   0-1 neighbours 0-0 and 1-1, but source 0 and target 1 are both aligned already: not added;
+    #   2-1 neighbours 1-1 (below it) and source 2 is unaligned: added;
+    #   nothing else in the union touches 0-0, 1-1 or 2-1 (4-4 and 3-4 are far off): done.
+    # final-and, forward first: 4-4 has both words unaligned: added. Then reverse: 3-4 has an
+    #   unaligned source word 3 but target 4 is now aligned: "and" needs both free, not added
+    #   (plain "final" would add it).
+    assert symmetrize(fwd, rev) == [(0, 0), (1, 1), (2, 1), (4, 4)]
+    assert symmetrize(rev, fwd) == [(0, 0), (1, 1), (2, 1), (3, 4)]  # reverse first: 3-4 wins
+    # grow-diag takes diagonal neighbours and repeats until nothing changes: a chain from 0-0.
+    chain = {(0, 0), (1, 1), (2, 2), (3, 3)}
+    assert symmetrize({(0, 0)}, chain) == sorted(chain)
+    with pytest.raises(ValueError, match="grow-diag-final-and"):
+        symmetrize(fwd, rev, "union")
