@@ -314,3 +314,38 @@ def test_align_loss_is_normalised_by_the_update_s_real_target_tokens(
     trainer.fit(system, datamodule=dm)
     logged = trainer.callback_metrics["train/align_loss"]
     assert logged.item() == pytest.approx((sums[0] / sums[1]).item(), rel=1e-5)
+
+
+def test_silver_alignments_writes_the_training_split_for_guidance(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # eflomal is optional: a stand-in aligner gives both directions; the script must align the
+    # training set alone, keep blank pairs as empty lines, and symmetrize as asked.
+    silver = load_script("silver_alignments")
+    src = ["ein hund", "", "zwei kleine hunde"]
+    tgt = ["a dog", "two", "two small dogs"]
+    for lang, lines in (("de", src), ("en", tgt)):
+        (tmp_path / f"train.{lang}").write_text("".join(x + "\n" for x in lines), "utf-8")
+    seen = []
+
+    def align_both_ways(s: list[str], t: list[str]) -> tuple[list[set], list[set]]:
+        seen.append((s, t))
+        fwd = [{(0, 0), (1, 1)}, {(0, 0), (1, 1), (2, 2)}]
+        rev = [{(0, 0)}, {(0, 0), (1, 1), (1, 2)}]
+        return fwd, rev
+
+    monkeypatch.setattr(silver, "align_both_ways", align_both_ways)
+    common = ["--split", "train", "--train-src", str(tmp_path / "train.de"),
+              "--train-tgt", str(tmp_path / "train.en")]  # fmt: skip
+    out = tmp_path / "both.align"
+    assert silver.main([*common, "--out", str(out)]) == 0
+    assert seen == [(["ein hund", "zwei kleine hunde"], ["a dog", "two small dogs"])]  # no test set
+    assert out.read_text("utf-8").splitlines() == ["0-0", "", "0-0 1-1"]  # intersection
+    assert silver.main([*common, "--out", str(out), "--symmetrize", "grow-diag-final-and"]) == 0
+    # pair 1: 1-1 neighbours 0-0 and both its words are free: grown. Pair 3: 2-2 and 1-2 both
+    # neighbour 1-1; 1-2 comes first (sorted) and takes target 2, so 2-2 (target 2 taken, but
+    # source 2 free) is grown too: grow-diag needs only one free word.
+    assert out.read_text("utf-8").splitlines() == ["0-0 1-1", "", "0-0 1-1 1-2 2-2"]
+    with contextlib.chdir(tmp_path):
+        assert silver.main(common) == 0
+    assert (tmp_path / "data" / "silver" / "train.de-en.align").is_file()  # the default name
