@@ -2,6 +2,7 @@
 tiny run whose attention follows its training links."""
 
 import contextlib
+import dataclasses
 import math
 from pathlib import Path
 
@@ -184,6 +185,19 @@ def test_bad_alignment_files_are_refused_in_one_line(
     assert not list((tmp_path / "data" / "cache" / "encoded").glob("*train*-a*"))  # nothing kept
 
 
+def test_a_limited_split_reads_only_the_lines_it_needs(tmp_path: Path) -> None:
+    corpus = write_corpus(tmp_path / "corpus", {"train": 200, "val": 20})
+    de = (corpus / "train.de").read_text("utf-8").splitlines()
+    lines = [format_pharaoh(lexicon_links(s)) for s in de]
+    path = write_links(corpus, lines=lines[:50] + ["not read"])  # the file goes on after pair 50
+    cfg = _cfg(corpus, tmp_path / "cache", guided_alignment=str(path), limit_train_pairs=50)
+    rows = SplitRows(prep.prepare(cfg).paths["train"])
+    assert len(rows) == 50 and all(item["links"] for item in rows.__getitems__(list(range(50))))
+    short = write_links(corpus, "short.align", lines[:49])
+    with pytest.raises(UserError, match=r"short\.align line 50: missing"):
+        prep.prepare(dataclasses.replace(cfg, guided_alignment=str(short)))
+
+
 def test_a_refusal_from_an_encoding_worker_names_its_line(tmp_path: Path) -> None:
     corpus = write_corpus(tmp_path / "corpus", {"train": 200, "val": 20})
     de = (corpus / "train.de").read_text("utf-8").splitlines()
@@ -260,28 +274,47 @@ def test_the_transformer_aligns_with_its_chosen_layer_and_head(tiny_tokenizer: T
     assert mine.to_dict()["attention"] == layer0.attention[:, 1].tolist()
 
 
-def test_compiled_decoding_trains_guidance_as_eager(tiny_tokenizer: Tokenizer) -> None:
-    # Chunks and buckets without inductor (as tests/test_fast.py does): the weights the loss reads
-    # come out of the padded, chunked loop and carry their gradient back through it.
+def _guided_gradients_of(model: torch.nn.Module, runners: list) -> list[list[torch.Tensor]]:
+    """The gradient of the alignment loss alone, run by each runner, on a two-pair batch."""
     items = [{"src_ids": [5, 6, 7, 8], "tgt_ids": [9, 10, 11], "index": 0, "links": [0, 0, 3, 2]},
              {"src_ids": [5, 6], "tgt_ids": [9, 10, 11, 12, 13], "index": 1, "links": [1, 4]}]  # fmt: skip
     batch = collate(items)
-    torch.manual_seed(0)
-    model = build_model({"model": "rnn", "vocab_size": 20, "emb_size": 8, "hidden_size": 12,
-                         "dropout": 0.0})  # fmt: skip
-    fast = CompiledRNN(model, chunk=2, buckets=True)
-    fast._compiled["cpu"] = fast.compiled(torch.device("cpu"))._replace(
-        unroll=lambda decoder, state, emb: decoder.unroll(state, emb)
-    )
     grads = []
-    for runner in (model, fast):
+    for runner in runners:
         model.zero_grad()
         _, _, _, weights = batch_loss(runner, batch, 0.0)
         alignment_loss(weights, batch["align_ref"]).backward()
         grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+    return grads
+
+
+def _tiny_rnn() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_model({"model": "rnn", "vocab_size": 20, "emb_size": 8, "hidden_size": 12,
+                        "dropout": 0.0})  # fmt: skip
+
+
+def test_compiled_decoding_trains_guidance_as_eager() -> None:
+    # Chunks and buckets without inductor (as tests/test_fast.py does): the weights the loss reads
+    # come out of the padded, chunked loop and carry their gradient back through it.
+    model = _tiny_rnn()
+    fast = CompiledRNN(model, chunk=2, buckets=True)
+    fast._compiled["cpu"] = fast.compiled(torch.device("cpu"))._replace(
+        unroll=lambda decoder, state, emb: decoder.unroll(state, emb)
+    )
+    grads = _guided_gradients_of(model, [model, fast])
     assert len(grads[0]) == len(grads[1]) > 0
     for eager, compiled in zip(*grads, strict=True):
         torch.testing.assert_close(compiled, eager)
+
+
+@pytest.mark.slow
+def test_inductor_decoding_trains_guidance_as_eager() -> None:
+    model = _tiny_rnn()
+    eager, compiled = _guided_gradients_of(model, [model, CompiledRNN(model)])  # ~11 s compiling
+    assert len(eager) == len(compiled) > 0
+    for want, got in zip(eager, compiled, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
 
 
 def test_align_loss_is_normalised_by_the_update_s_real_target_tokens(
