@@ -26,6 +26,7 @@ AER (Och & Ney 2003), with A the hypothesis links, S the sure and P the possible
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ from seq2seq.errors import UserError
 Link = tuple[int, int]  # (source word, target word), both 0-based
 NOT_A_WORD = -1
 _LINK = re.compile(r"([0-9]+)([-p])([0-9]+)")
+_WORD = re.compile(r"\S+")
 # The eight neighbours of a link (source step, target step): sides first, then diagonals.
 NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))
 
@@ -57,14 +59,20 @@ def word_spans_in_text(text: str, spans: Sequence[tuple[int, int]]) -> list[int]
         text: the raw sentence the pieces were encoded from (or decoded to).
         spans: per piece, its (start, end) characters in `text` (`Tokenizer.encode_with_spans`).
     """
-    word_at, word = [], NOT_A_WORD
-    for i, char in enumerate(text):
-        if not char.isspace() and (i == 0 or text[i - 1].isspace()):
-            word += 1
-        word_at.append(NOT_A_WORD if char.isspace() else word)
+    # Where each word starts and ends; `\S` is `not str.isspace()` (CPython: one definition).
+    bounds = [(m.start(), m.end()) for m in _WORD.finditer(text)]
+    starts = [start for start, _ in bounds]
     words, waiting, last = [], [], NOT_A_WORD
     for start, end in spans:
-        hit = next((w for w in word_at[start:end] if w != NOT_A_WORD), NOT_A_WORD)
+        k = bisect_right(starts, start) - 1  # the last word starting at or before the piece
+        if start >= end:  # covers no character
+            hit = NOT_A_WORD
+        elif k >= 0 and start < bounds[k][1]:  # its first character is inside word k
+            hit = k
+        elif k + 1 < len(starts) and starts[k + 1] < end:  # else its first visible one
+            hit = k + 1
+        else:
+            hit = NOT_A_WORD
         words.append(hit)
         if hit == NOT_A_WORD:
             waiting.append(len(words) - 1)

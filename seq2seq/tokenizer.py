@@ -152,6 +152,8 @@ class Tokenizer:
 
 def _char_spans(text: str, pieces: Iterable) -> list[tuple[int, int]]:
     """sentencepiece's UTF-8 byte offsets (`begin`, `end` of each piece) as character offsets."""
+    if text.isascii():  # one byte a character: the offsets are the same
+        return [(p.begin, p.end) for p in pieces]
     char_of_byte, byte = {0: 0}, 0
     for i, char in enumerate(text):
         byte += len(char.encode())

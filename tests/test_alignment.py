@@ -161,3 +161,44 @@ def test_symmetrize_by_hand() -> None:
     assert symmetrize({(0, 0)}, chain) == sorted(chain)
     with pytest.raises(ValueError, match="grow-diag-final-and"):
         symmetrize(fwd, rev, "union")
+
+
+def _word_spans_by_character(text: str, spans: list[tuple[int, int]]) -> list[int]:
+    """An independent reference for word_spans_in_text: a word index per character, then for each
+    piece the first word among its characters, and the same joining of word-less pieces."""
+    word_at, word = [], -1
+    for i, char in enumerate(text):
+        if not char.isspace() and (i == 0 or text[i - 1].isspace()):
+            word += 1
+        word_at.append(-1 if char.isspace() else word)
+    words = [next((w for w in word_at[s:e] if w != -1), -1) for s, e in spans]
+    for i in range(len(words)):  # a word-less piece joins the next piece's word ...
+        if words[i] == -1:
+            words[i] = next((w for w in words[i + 1 :] if w != -1), -1)
+    for i in range(len(words)):  # ... or, at the end, the previous one
+        if words[i] == -1:
+            words[i] = next((w for w in reversed(words[:i]) if w != -1), -1)
+    return words
+
+
+def test_word_spans_agree_with_a_character_by_character_reference() -> None:
+    import random
+    import re
+
+    from seq2seq.alignment import word_spans_in_text
+
+    chars = [chr(c) for c in range(0x3000 + 1)]  # every space character is below U+3001
+    assert all(bool(re.fullmatch(r"\s", c)) == c.isspace() for c in chars)  # as str.split()
+    spaces = [c for c in chars if c.isspace()]
+    rng = random.Random(0)
+    alphabet = ["a", "b", "ü", "☃", "\u200b", "\x01", *spaces[:6], "\u3000"]
+    for _ in range(2000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        cuts = sorted(rng.sample(range(len(text) + 1), min(len(text) + 1, rng.randint(1, 6))))
+        spans = list(zip(cuts, cuts[1:], strict=False)) + [(len(text), len(text))] * rng.randint(
+            0, 1
+        )
+        assert word_spans_in_text(text, spans) == _word_spans_by_character(text, spans), (
+            text,
+            spans,
+        )
