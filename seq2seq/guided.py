@@ -209,7 +209,10 @@ def links_suffix(path: str | Path | None) -> str:
     change with the alignment file's place, size or modification time (as the corpus's do)."""
     if path is None:
         return ""
-    stat = Path(path).stat()
+    try:
+        stat = Path(path).stat()
+    except OSError as err:
+        raise UserError(f"`guided_alignment` {path}: cannot read it ({err.strerror})") from None
     key = f"{Path(path).resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
     return "-a" + hashlib.sha1(key.encode()).hexdigest()[:8]
 
