@@ -382,3 +382,23 @@ def test_silver_alignments_writes_the_training_split_for_guidance(
     with contextlib.chdir(tmp_path):
         assert silver.main(common) == 0
     assert (tmp_path / "data" / "silver" / "train.de-en.align").is_file()  # the default name
+
+
+def test_a_guided_transformer_run_keeps_its_head_in_the_checkpoint(
+    tiny_corpus: Path, tmp_path: Path
+) -> None:
+    links = write_links(tiny_corpus, "transformer-run.align")
+    args = tiny_train_args(
+        tiny_corpus, tmp_path / "runs", "--model", "transformer", "--d-model", "16",
+        "--heads", "2", "--layers", "2", "--ff-size", "32", "--max-steps", "4", "--val-every", "4",
+        "--alignment-layer", "0", "--alignment-heads", "1", "--guided-alignment", str(links),
+        "--guided-alignment-cost", "mse",
+    )  # fmt: skip
+    with contextlib.chdir(tmp_path):
+        assert load_script("train").main(args) == 0
+    run = tmp_path / "runs" / "transformer" / "version_0"
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert checkpoint["model_args"]["alignment_layer"] == 0
+    assert checkpoint["model_args"]["alignment_heads"] == 1
+    assert Translator.load(run / "checkpoints" / "last.ckpt").model.alignment_head == 1
+    assert b"train/align_loss" in next(run.glob("events.out.tfevents.*")).read_bytes()
