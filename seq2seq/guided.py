@@ -1,10 +1,10 @@
-"""Guided alignment: word links from a statistical aligner as a second training signal for attention.
+"""Guided alignment: word links from an aligner as a second training signal for attention.
 
 The user gives one Pharaoh line per training pair (`i-j`: source word i, target word j; words are
 the raw sentence's whitespace tokens from 0, as everywhere in seq2seq.alignment). The path is
 
     file --read beside the corpus (`attach_links`)--> word links per pair
-         --sentencepiece offsets (`piece_links`, in the encoding workers)--> piece links in the cache
+         --sentencepiece offsets (`piece_links`, in encoding workers)--> piece links in the cache
          --collate (`dense_reference`)--> (B, T, S) 0/1 reference --`alignment_loss`--> a sum
 
 A target piece is linked to every piece of each source word its word links to; pieces of unlinked
@@ -205,8 +205,8 @@ def _lines(path: str) -> Iterator[str]:
 
 
 def links_suffix(path: str | Path | None) -> str:
-    """The end of a cached split's folder name: "" without links, else "-a" and 8 hex digits that
-    change with the alignment file's place, size or modification time (as the corpus's do)."""
+    """The end of a cached split's folder name: "" without links, else "-links-" and 8 hex digits
+    that change with the alignment file's place, size or modification time (as the corpus's do)."""
     if path is None:
         return ""
     try:
@@ -214,7 +214,7 @@ def links_suffix(path: str | Path | None) -> str:
     except OSError as err:
         raise UserError(f"`guided_alignment` {path}: cannot read it ({err.strerror})") from None
     key = f"{Path(path).resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
-    return "-a" + hashlib.sha1(key.encode()).hexdigest()[:8]
+    return "-links-" + hashlib.sha1(key.encode()).hexdigest()[:8]
 
 
 def dense_reference(links: Sequence[Sequence[int]], T: int, S: int) -> Tensor:

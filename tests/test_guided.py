@@ -182,7 +182,9 @@ def test_bad_alignment_files_are_refused_in_one_line(
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith(f"error: {path} line ") and len(err.splitlines()) == 1
     assert __import__("re").search(message, err), err
-    assert not list((tmp_path / "data" / "cache" / "encoded").glob("*train*-a*"))  # nothing kept
+    assert not list(
+        (tmp_path / "data" / "cache" / "encoded").glob("*train*-links-*")
+    )  # nothing kept
 
 
 def test_a_limited_split_reads_only_the_lines_it_needs(tmp_path: Path) -> None:
