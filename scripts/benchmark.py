@@ -6,11 +6,17 @@ Each path (PATHS) trains a model of the same initial weights on batches collated
 A round times an n x n matmul and a window of every path; ratios are medians over rounds of two
 paths' tokens/s in one round; FLOPs are the model's `flops_per_token`. Decoding: greedy and beam-5
 on the validation sources. Memory and the heatmap callback: scripts/benchmark_memory.py.
+
+The header names the CPU (its model, `torch.backends.cpu.get_cpu_capability()`, and whether oneDNN
+has native bf16). On a CPU without native bf16, autocast emulates bf16 arithmetic and is far slower
+than fp32, so the bf16 path is skipped there (a row says why) unless `--force-bf16`. One line per
+round goes to stderr while it runs.
 """
 
 import argparse
 import json
 import os
+import platform
 import statistics
 import sys
 import time
@@ -52,6 +58,42 @@ PATHS = {  # one row of the table each; the reference is ~4x slower per update
 COLUMNS = [("tokens/s", "tokens_per_sec", 0), ("vs reference", "vs_reference", 2, "x"),  # header,
            ("% of matmul", "matmul_pct", 0), ("s/update", "sec_per_update", 3),  # figure, decimals,
            ("warm-up s", "warmup_sec", 1), ("peak GPU MB", "peak_gpu_mb", 0)]  # suffix  # fmt: skip
+
+
+def cpu_info() -> dict:
+    """The CPU's model name, torch's capability level (e.g. AVX2, AVX512) and native bf16 or not."""
+    model = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo") as info:
+            names = [
+                line.split(":", 1)[1].strip() for line in info if line.startswith("model name")
+            ]
+        model = names[0] if names else model
+    except OSError:  # not Linux
+        pass
+    capability = torch.backends.cpu.get_cpu_capability()
+    return {"model": model, "capability": capability, "native_bf16": native_bf16()}
+
+
+def native_bf16() -> bool:
+    """Whether oneDNN runs bf16 on this CPU's own instructions (AVX512-BF16, AMX), not emulated."""
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def path_names(device: torch.device, cpu: dict, force_bf16: bool) -> tuple[list[str], dict]:
+    """The PATHS to run on `device`, and those skipped with the reason."""
+    if device.type != "cpu" or cpu["native_bf16"] or force_bf16:
+        return list(PATHS), {}
+    reason = (
+        f"skipped: no native bf16 on this CPU ({cpu['capability']}), so autocast would emulate it; "
+        "--force-bf16 runs it"
+    )
+    return [k for k in PATHS if not PATHS[k].bf16], {k: reason for k in PATHS if PATHS[k].bf16}
+
+
+def progress(message: str) -> None:
+    """A line on stderr at once: a full run takes many minutes, and stdout keeps only the table."""
+    print(message, file=sys.stderr, flush=True)
 
 
 def clock(device: torch.device) -> float:
@@ -162,8 +204,10 @@ def figures(name: str, rounds: list[dict]) -> dict:
 def run(args: argparse.Namespace, cfg: TrainConfig, device: torch.device) -> dict:
     from seq2seq.translator import Translator
 
-    started = time.perf_counter()
-    dm, model_args, paths = make_paths(cfg, list(PATHS), device)
+    started, cpu = time.perf_counter(), cpu_info()
+    names, skipped = path_names(device, cpu, args.force_bf16)
+    progress(f"cpu: {describe_cpu(cpu)}; paths: {', '.join(names)}")
+    dm, model_args, paths = make_paths(cfg, names, device)
     # Warm-up (allocator, Adam state, a compiler if any), timed: a compiled path's compile time.
     warmup = {k: p.window(1)["sec"] for k, p in paths.items()}
     rounds = []
@@ -172,14 +216,22 @@ def run(args: argparse.Namespace, cfg: TrainConfig, device: torch.device) -> dic
         rates = matmul_rates(device)
         windows = {k: p.window(max(1, round(args.steps * p.recipe.share))) for k, p in order}
         rounds.append({"matmul": rates, **windows})
+        speeds = ", ".join(f"{k} {w['tokens'] / w['sec']:,.0f}" for k, w in windows.items())
+        elapsed = time.perf_counter() - started
+        progress(f"round {r + 1}/{args.windows}: tokens/s {speeds}; {elapsed:.0f} s so far")
     fast, n = paths["fast"], 100 if args.quick else None  # n: validation sentences decoded
+    if not args.checkpoint and fast.updates < args.train_updates:
+        progress(f"training the fast model to {args.train_updates} updates, then decoding")
     while not args.checkpoint and fast.updates < args.train_updates:
         fast.step(next(fast.batches)[0])
     load = args.checkpoint and Translator.load(args.checkpoint, device)
     translator = load or Translator(fast.model, dm.tokenizer, device)  # eval mode from here on
     sources, refs = dm.sources("val")[:n], dm.references("val")[:n]
+    progress(f"decoding {len(sources):,} validation sentences, greedy and beam 5")
     decode = decode_speed(translator, sources, refs, 1 if args.quick else 2)
     return {
+        "cpu": cpu,
+        "skipped": skipped,
         "model_args": model_args,
         "data": {"dataset": cfg.data_dir or cfg.dataset, "batch_tokens": cfg.batch_tokens},
         "run": {k: getattr(args, k) for k in ("steps", "windows", "quick", "checkpoint")},
@@ -196,6 +248,11 @@ def run(args: argparse.Namespace, cfg: TrainConfig, device: torch.device) -> dic
     }  # fmt: skip
 
 
+def describe_cpu(cpu: dict) -> str:
+    bf16 = "native bf16" if cpu["native_bf16"] else "no native bf16"
+    return f"{cpu['model']}, capability {cpu['capability']}, {bf16}"
+
+
 def render(r: dict) -> str:
     """The printed table: what ran, one row per path, the matmul rate, decoding."""
     g = lambda x, p=0, s="": "-" if x is None else f"{x:,.{p}f}{s}"  # noqa: E731
@@ -204,13 +261,16 @@ def render(r: dict) -> str:
     rows = [["path", *(head for head, *_ in cols)]]
     rows += [[k, *(g(f[key], *fmt) for _, key, *fmt in cols)] for k, f in r["paths"].items()]
     w = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    skipped = [f"{k.ljust(w[0])}  {why}" for k, why in r.get("skipped", {}).items()]
     sizes = ", ".join(f"{k} {v}" for k, v in m.items() if k != "model" and v is not None)
     rates = ", ".join(f"{k} {v:,.0f}" for k, v in r["matmul"].items())
     n, model = r["matmul_n"], r["run"]["checkpoint"] or f"{d['trained_updates']} updates"
     return "\n".join([
         f"{m['model']} ({sizes}); {r['data']['dataset']}, {r['data']['batch_tokens']:,}-token "
         f"batches; {r['device']}, {r['threads']} threads, torch {torch.__version__}",
+        f"cpu: {describe_cpu(r['cpu'])}",
         *["  ".join([row[0].ljust(w[0]), *map(str.rjust, row[1:], w[1:])]) for row in rows],
+        *skipped,
         f"{len(r['rounds'])} rounds of {r['run']['steps']} fast updates; load "
         f"{r['loadavg_1min']:.2f}; {n}x{n} matmul GFLOP/s: {rates}; {r['mflop_per_token']:.1f} "
         "MFLOP per target token (forward + backward)",
@@ -232,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", help="decode with this checkpoint instead")
     p.add_argument("--device", default="cpu", help="cpu, cuda, auto (cuda when there is one)")
     p.add_argument("--json", metavar="FILE", help="also write every figure here")
+    p.add_argument(
+        "--force-bf16", action="store_true", help="time bf16 on a CPU without native bf16 too"
+    )
     args, rest = p.parse_known_args(argv)
     try:
         cfg, device = parse_args(rest), pick_device(args.device)

@@ -1,6 +1,7 @@
 """Preparation and training start-up on a large synthetic corpus: memory, speed, cache size.
 
-    python scripts/benchmark_scale.py --pairs 1000000 [--work DIR] [--steps 100] [train.py flags]
+    python scripts/benchmark_scale.py --pairs 1000000 [--work DIR] [--steps 100] [--json FILE]
+        [train.py flags]
 
 1. Writes `<work>/synthetic-<N>/`: N training pairs, each two random Multi30k training pairs joined
    (seeded, so sentences are longer and varied, not copies), and Multi30k's val and test splits.
@@ -11,11 +12,13 @@ Memory is the peak resident set: of the largest single process (the kernel's, vi
 the whole process tree (the sum of its processes' PSS, which counts shared pages once, sampled
 every 0.2 s); "RSS at its start" is a training run's when its first batch has not yet been drawn
 (data and model). "first update" is seconds from the child's start to the end of its first update.
-The extra flags (train.py's) go to every child, e.g. --spm-sample, --prepare-workers.
+The extra flags (train.py's) go to every child, e.g. --spm-sample, --prepare-workers. `--json`
+also writes the figures (scripts/plot_benchmarks.py draws memory against corpus size from several).
 """
 
 import argparse
 import gzip
+import json
 import os
 import re
 import subprocess
@@ -30,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
 FIRST = "benchmark_scale: first update at "
 STARTED = "benchmark_scale: MB resident when training starts "
+CACHE_SIZE = r"train\s+([\d,]+) pairs\s+([\d,.]+) MB\s+(\d+) bytes/pair"  # prepare.py's summary
 
 
 def write_synthetic(folder: Path, pairs: int, seed: int = 0) -> Path:
@@ -164,10 +168,12 @@ def main(argv: list[str] | None = None) -> int:
         help="training updates per run (a run's peak is the heaviest batch it has drawn)",
     )  # fmt: skip
     parser.add_argument("--no-train", action="store_true", help="measure the preparation only")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures here")
     args, rest = parser.parse_known_args(argv)
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     rows = [("pairs", f"{args.pairs:,}"), ("load average at start", _load())]
+    figures: dict = {"pairs": args.pairs, "steps": args.steps, "loadavg_start": os.getloadavg()}
     corpus = write_synthetic(work / f"synthetic-{args.pairs}", args.pairs)
     data = ["--data-dir", str(corpus), "--cache-dir", str(work / "cache"), *rest]
     prep = run_child(["scripts/prepare.py", *data], work / f"prepare-{args.pairs}.log")
@@ -175,6 +181,10 @@ def main(argv: list[str] | None = None) -> int:
         print(prep["output"][-3000:], file=sys.stderr)
         return 1
     rows += _prepare_rows(prep)
+    figures["prepare"] = {k: prep[k] for k in ("seconds", "cpu_s", "max_rss_mb", "tree_pss_mb")}
+    size = re.search(CACHE_SIZE, prep["output"])
+    figures["cache_bytes_per_pair"] = int(size[3]) if size else None
+    figures["train"] = {}
     if not args.no_train:  # the corpus, one of Multi30k's size and lengths, Multi30k itself
         control = write_synthetic(work / "synthetic-29000", 29_000)
         runs = {
@@ -194,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(run["output"][-3000:], file=sys.stderr)
                 return 1
             peaks[name] = run["max_rss_mb"]
+            keys = ("first_update_s", "start_rss_mb", "max_rss_mb")
+            figures["train"][name] = {k: run[k] for k in keys}
             rows.append((f"training on {name}: first update", f"{run['first_update_s']:.1f} s"))
             rows.append((f"training on {name}: RSS at its start", f"{run['start_rss_mb']:,.0f} MB"))
             rows.append((f"training on {name}: peak RSS", f"{run['max_rss_mb']:,.0f} MB"))
@@ -201,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
             ratio = peaks[f"synthetic-{args.pairs}"] / peaks[other]
             rows.append((f"training peak RSS / {other}'s", f"{ratio:.2f}"))
     rows.append(("load average at the end", _load()))
+    if args.json:
+        figures["loadavg_end"] = os.getloadavg()
+        Path(args.json).write_text(json.dumps(figures, indent=2))
     width = max(len(k) for k, _ in rows)
     print("\n".join(f"{k:<{width}}  {v}" for k, v in rows))
     return 0
@@ -233,7 +248,7 @@ def _prepare_rows(prep: dict) -> list[tuple[str, str]]:
         ("preparation: peak RSS, largest process", f"{prep['max_rss_mb']:,.0f} MB"),
         ("preparation: peak PSS, process tree", f"{prep['tree_pss_mb']:,.0f} MB"),
     ]
-    size = re.search(r"train\s+([\d,]+) pairs\s+([\d,.]+) MB\s+(\d+) bytes/pair", out)
+    size = re.search(CACHE_SIZE, out)
     if size:
         rows.append(("cache: train split on disk", f"{size[2]} MB, {size[3]} bytes/pair"))
     return rows

@@ -68,8 +68,9 @@ def train(cfg: TrainConfig) -> int:
     from lightning.pytorch.loggers import TensorBoardLogger
 
     from seq2seq.callbacks import AlignmentErrorRate, AttentionHeatmaps, TokensPerSecond
-    from seq2seq.data import TranslationDataModule
+    from seq2seq.data import TranslationDataModule, check_same_order
     from seq2seq.guards import NonFiniteLossGuard
+    from seq2seq.launch import check_hardware, trainer_error
     from seq2seq.models import build_model, model_args_from
     from seq2seq.runs import (
         check_fits,
@@ -84,11 +85,36 @@ def train(cfg: TrainConfig) -> int:
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     # Validation metrics come from outputs gathered across ranks: every rank logs the same value.
     warnings.filterwarnings("ignore", ".*sync_dist=True.*")
-    # Bad input is refused before any data work: the run folder, the checkpoint to resume.
+    # Bad input is refused before any data work: the hardware flags, the run folder, the checkpoint.
+    slow = check_hardware(cfg.accelerator, cfg.devices, cfg.strategy, cfg.precision)
     folder, ckpt_path = resume_plan(cfg.log_dir, cfg.name, cfg.resume)
     flag = f"--log-dir {cfg.log_dir}" if folder.version is None else f"--resume {ckpt_path}"
     check_writable(folder.path, flag)
     checkpoint = read_resumable(ckpt_path) if ckpt_path else None
+    # version=None: the next version_N; a resumed run keeps logging into its own version folder.
+    logger = TensorBoardLogger(
+        folder.save_dir, name=folder.name, version=folder.version, default_hp_metric=False
+    )
+    ckpt_dir = os.path.join(logger.log_dir, "checkpoints")
+    callbacks = [
+        *checkpoint_callbacks(ckpt_dir, cfg.keep_best),
+        TokensPerSecond(),
+        NonFiniteLossGuard(),
+        AlignmentErrorRate(),  # val/aer, when the corpus has a gold <val split>.align file
+    ]
+    if cfg.heatmap_every > 0:
+        callbacks.append(AttentionHeatmaps(cfg.heatmap_every, cfg.heatmap_sentences))
+    if cfg.patience > 0:
+        callbacks.append(EarlyStopping("val/bleu", mode="max", patience=cfg.patience))
+    try:  # Lightning judges the hardware flags here: still before any data work
+        trainer = build_trainer(cfg, callbacks, logger)
+    except Exception as err:  # its exceptions vary (MisconfigurationException, ValueError, ...)
+        hardware = ("accelerator", "devices", "strategy", "precision", "num_nodes")
+        raise trainer_error(err, {name: getattr(cfg, name) for name in hardware}) from None
+    if checkpoint is not None:
+        check_same_order(cfg, trainer.world_size, checkpoint, ckpt_path)
+    if slow and trainer.is_global_zero:
+        print(slow, file=sys.stderr)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     dm = TranslationDataModule(cfg)
     dm.prepare_data()
@@ -116,23 +142,7 @@ def train(cfg: TrainConfig) -> int:
         warnings.filterwarnings("ignore", ".*exists and is not empty.*")  # it is ours, resumed
         # The data module resumes mid-epoch itself (its state_dict), which Lightning cannot see.
         warnings.filterwarnings("ignore", ".*dataloader is not resumable.*")
-    # version=None: the next version_N; a resumed run keeps logging into its own version folder.
-    logger = TensorBoardLogger(
-        folder.save_dir, name=folder.name, version=folder.version, default_hp_metric=False
-    )
     logger.log_hyperparams(dataclasses.asdict(cfg))  # the whole flag set, in hparams.yaml
-    ckpt_dir = os.path.join(logger.log_dir, "checkpoints")
-    callbacks = [
-        *checkpoint_callbacks(ckpt_dir, cfg.keep_best),
-        TokensPerSecond(),
-        NonFiniteLossGuard(),
-        AlignmentErrorRate(),  # val/aer, when the corpus has a gold <val split>.align file
-    ]
-    if cfg.heatmap_every > 0:
-        callbacks.append(AttentionHeatmaps(cfg.heatmap_every, cfg.heatmap_sentences))
-    if cfg.patience > 0:
-        callbacks.append(EarlyStopping("val/bleu", mode="max", patience=cfg.patience))
-    trainer = build_trainer(cfg, callbacks, logger)
     if trainer.is_global_zero:
         if ckpt_path is not None:
             remove_stale_temporaries(ckpt_dir)  # left by a kill during a save

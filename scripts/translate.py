@@ -134,17 +134,25 @@ def output_lines(number: int, result: "Translation", args: argparse.Namespace) -
 
 
 def open_input(path: str) -> IO[bytes]:
+    """`path` opened for reading bytes, gunzipped when it ends in .gz; a file that cannot be read, or
+    a .gz file that is not gzip, is a UserError now rather than a traceback at the first line."""
     try:
-        return gzip.open(path) if path.endswith(".gz") else open(path, "rb")  # noqa: SIM115
+        raw = open(path, "rb")  # noqa: SIM115 - the caller closes it
     except OSError as err:
         raise UserError(f"--input {path}: cannot read ({err.strerror})") from None
+    if not path.endswith(".gz"):
+        return raw
+    if raw.peek(2)[:2] != b"\x1f\x8b":  # gzip's magic number
+        raw.close()
+        raise UserError(f"--input {path}: not a gzip file (rename it without .gz if it is text)")
+    return gzip.GzipFile(fileobj=raw, mode="rb")
 
 
 def read_chunks(stdin: IO[bytes], size: int) -> Iterator[tuple[int, list[str]]]:
     """(number of the first line, up to `size` decoded lines); bad bytes are replaced with a warning."""
     lines: list[str] = []
     first = 1
-    for number, raw in enumerate(stdin, start=1):
+    for number, raw in enumerate(_lines_of(stdin), start=1):
         raw = raw.removesuffix(b"\n").removesuffix(b"\r")
         try:
             line = raw.decode("utf-8")
@@ -160,6 +168,16 @@ def read_chunks(stdin: IO[bytes], size: int) -> Iterator[tuple[int, list[str]]]:
             first, lines = number + 1, []
     if lines:
         yield first, lines
+
+
+def _lines_of(source: IO[bytes]) -> Iterator[bytes]:
+    """The raw lines of `source`; a gzip stream that breaks off is a UserError naming the line."""
+    number = 0
+    try:
+        for number, raw in enumerate(source, start=1):  # noqa: B007 - read in the except
+            yield raw
+    except (OSError, EOFError) as err:  # BadGzipFile is an OSError
+        raise UserError(f"--input: unreadable after line {number} ({err})") from None
 
 
 def plot(folder: str, number: int, result: "Translation") -> None:  # noqa: F821

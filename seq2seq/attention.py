@@ -19,9 +19,7 @@ caller keeps and passes back in, so nothing is hidden on the module and beam sea
 Masks are boolean with True = attend. Dimension letters (the table in seq2seq.interface): B batch,
 S source length, H query and key size (additive attention allows the two to differ), A attention size.
 
-`MultiHeadAttention` (the Transformer's) splits the same way: `project_kv` projects keys and values once
-(cross-attention: once per sentence; self-attention: one step at a time, appended to the caller's cache),
-`attend_kv` attends to them. There T is the query length, N the heads and D = H / N the head size.
+The Transformer's multi-head attention, built on `masked_softmax`, is in seq2seq.multihead.
 """
 
 import math
@@ -43,8 +41,8 @@ def lengths_to_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
 def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
     """Softmax over the last axis restricted to positions where `mask` is True.
 
-    Padding gets exactly zero weight; a row with no True entry gives zeros, with finite values and
-    gradients, in fp32, fp16 and bf16 alike.
+    Padding gets exactly zero weight. A row with no True entry comes back as all zeros, with finite
+    values and gradients, in fp32, fp16 and bf16 alike.
     """
     # The dtype's lowest finite value instead of -inf: an all-masked row then softmaxes to a finite
     # uniform row (not NaN), which the multiplication by the mask turns into zeros.
@@ -177,124 +175,9 @@ def make_scorer(
     raise ValueError(f"unknown scorer {name!r}; choose one of {', '.join(SCORERS)}")
 
 
-def attention_mask(
-    key_padding_mask: Tensor | None, causal: bool, T: int, S: int, device: torch.device
-) -> Tensor | None:
-    """The boolean mask (True = attend) that multi-head attention applies, or None when nothing is masked.
+def __getattr__(name: str):  # PEP 562: the old home of the multi-head classes, without a cycle
+    if name in ("MultiHeadAttention", "attention_mask"):
+        from seq2seq import multihead  # it imports masked_softmax from here, so only on demand
 
-    Args:
-        key_padding_mask: (B, S) bool, True = real key; None = every key is real.
-        causal: forbid each query the keys after it. Queries are aligned to the last T keys (query t sits at
-            position S - T + t), which is where they stand when a cache holds the S - T earlier keys.
-        T, S: query and key lengths.
-
-    Returns:
-        (B, 1, T, S), (B, 1, 1, S), (T, S) or None; broadcastable to the scores (B, N, T, S).
-    """
-    mask = None if key_padding_mask is None else key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
-    if causal and T > 1:  # a single query is the last position: every key given is in its past
-        past = torch.ones(T, S, dtype=torch.bool, device=device).tril(S - T)  # (T, S)
-        mask = past if mask is None else mask & past  # (B, 1, T, S)
-    return mask
-
-
-class MultiHeadAttention(nn.Module):
-    """Multi-head scaled dot-product attention (Vaswani et al., 2017).
-
-        head_i = softmax(Q W_q^i (K W_k^i)^T / sqrt(D)) V W_v^i          i = 1..N,  D = H / N
-        MultiHead(Q, K, V) = [head_1; ...; head_N] W_o
-
-    The scores are divided by sqrt(D), the head size, not sqrt(H): each head's dot product sums D terms.
-    Without weights requested, the fused `scaled_dot_product_attention` computes this; with them, an
-    explicit path through `masked_softmax` does, and returns the weights per head before dropout (they are
-    the alignments we log; dropout only touches the copy that reads the values). Both paths agree, and give
-    zeros (before W_o) for a query with no key to attend to. Given the same parameters, the output and
-    per-head weights equal `torch.nn.MultiheadAttention`'s.
-    """
-
-    def __init__(
-        self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True
-    ) -> None:
-        super().__init__()
-        if d_model % num_heads:
-            raise ValueError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
-        self.num_heads = num_heads
-        self.head_size = d_model // num_heads
-        self.dropout = dropout
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W_q
-        self.k_proj = nn.Linear(d_model, d_model, bias=bias)  # W_k
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)  # W_v
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_o
-
-    def forward(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        key_padding_mask: Tensor | None = None,
-        causal: bool = False,
-        need_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        """Args:
-            query: (B, T, H); key, value: (B, S, H).
-            key_padding_mask: (B, S) bool, True = attend.
-            causal: forbid each query the keys after its position (see `attention_mask`).
-            need_weights: also return the weights (takes the explicit path).
-
-        Returns:
-            output (B, T, H) and weights (B, N, T, S), or None when not requested.
-        """
-        k, v = self.project_kv(key, value)  # (B, N, S, D) each
-        return self.attend_kv(query, k, v, key_padding_mask, causal, need_weights)
-
-    def project_kv(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values split into heads, to cache and pass to `attend_kv`: (B, S, H) -> 2 x (B, N, S, D)."""
-        return self._split(self.k_proj(key)), self._split(self.v_proj(value))
-
-    def attend_kv(
-        self,
-        query: Tensor,
-        k: Tensor,
-        v: Tensor,
-        key_padding_mask: Tensor | None = None,
-        causal: bool = False,
-        need_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        """`forward` with keys and values already projected by `project_kv`: k, v (B, N, S, D)."""
-        q = self._split(self.q_proj(query))  # (B, N, T, D)
-        return self._attend(q, k, v, key_padding_mask, causal, need_weights)
-
-    def _split(self, x: Tensor) -> Tensor:
-        B, T, _ = x.shape
-        return x.view(B, T, self.num_heads, self.head_size).transpose(1, 2)  # (B, N, T, D)
-
-    def _attend(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        key_padding_mask: Tensor | None,
-        causal: bool,
-        need_weights: bool,
-    ) -> tuple[Tensor, Tensor | None]:
-        (B, N, T, D), S = q.shape, k.size(2)
-        # (B, 1, T, S), or fewer leading sizes where they broadcast; None when nothing is masked
-        mask = attention_mask(key_padding_mask, causal, T, S, q.device)
-        p = self.dropout if self.training else 0.0
-        weights = None
-        if need_weights:
-            # Scaling q rather than the scores costs T * D multiplications instead of T * S.
-            scores = (q * D**-0.5) @ k.transpose(-2, -1)  # (B, N, T, S)
-            weights = scores.softmax(-1) if mask is None else masked_softmax(scores, mask)
-            context = F.dropout(weights, p, self.training) @ v  # (B, N, T, D)
-        elif mask is None or (key_padding_mask is None and T == S):
-            # Causal alone with T == S: the fused kernel's own (top-left) causal mask is ours, and it can
-            # skip the masked blocks instead of reading a mask.
-            is_causal = causal and T > 1
-            context = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=is_causal)
-        else:
-            # A query with no key gets a zero context: torch >= 2.5 zeroes such rows (older gave NaN);
-            # guarding it here cost +25% on CPU, so tests/test_mha.py checks torch's behaviour instead.
-            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-        output = context.transpose(1, 2).reshape(B, T, N * D)  # (B, T, H)
-        return self.out_proj(output), weights
+        return getattr(multihead, name)
+    raise AttributeError(f"module 'seq2seq.attention' has no attribute {name!r}")

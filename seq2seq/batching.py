@@ -30,7 +30,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     over-long example makes a batch of one, and a length of 0 leaves the example out (a pair over
     --max-len, say) while batches still yield the original indices. With `shuffle`, ties in length are broken and batches
     ordered by a generator seeded with `seed + epoch`; each rank takes every `num_replicas`-th batch
-    and the remainder is dropped, so all ranks take the same number of steps. Without it, batches
+    and the remainder is dropped, so all ranks take the same number of steps, a multiple of
+    `multiple_of` (the batches of one accumulated update). Without it, batches
     are length-sorted and every example lands on exactly one rank; batches are split (never
     repeated) to even the counts.
 
@@ -48,6 +49,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         seed: int = 1,
         num_replicas: int = 1,
         rank: int = 0,
+        multiple_of: int = 1,
     ) -> None:
         if batch_tokens < 1:
             raise UserError(f"`batch_tokens` {batch_tokens} must be positive")
@@ -56,6 +58,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             self.lengths = self.lengths.astype(np.int64)
         self.batch_tokens, self.shuffle, self.seed = batch_tokens, shuffle, seed
         self.num_replicas, self.rank, self.epoch = num_replicas, rank, 0
+        self.multiple_of = multiple_of  # with shuffle: each rank's batch count is a multiple of it
         self.skip = 0  # batches to leave out of the next pass only (a run resumed mid-epoch)
         self._cache: tuple[int, np.ndarray, np.ndarray] | None = None  # (epoch, order, bounds)
 
@@ -91,10 +94,12 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         bounds = np.stack([starts, np.append(starts[1:], n)[: len(starts)]])  # (2, M)
         if self.shuffle:
             bounds = bounds[:, torch.randperm(bounds.shape[1], generator=gen).numpy()]
-            # Dropped batches differ every epoch; a corpus with too few batches is repeated.
-            count = bounds.shape[1]
-            keep = count - count % replicas if count >= replicas else replicas
-            bounds = np.tile(bounds, replicas)[:, :keep] if count else bounds  # (2, M')
+            # Dropped batches differ every epoch; a corpus with too few batches is repeated. Each
+            # rank gets a multiple of `multiple_of` batches (accumulation windows), so every epoch
+            # ends on a whole update and updates fall on the same batch counts in every epoch.
+            count, unit = bounds.shape[1], replicas * self.multiple_of
+            keep = count - count % unit if count >= unit else unit
+            bounds = np.tile(bounds, -(-keep // max(count, 1)))[:, :keep] if count else bounds
         while bounds.shape[1] % replicas and (bounds[1] - bounds[0]).max() > 1:
             j = int(np.argmax(bounds[1] - bounds[0]))  # the first largest batch
             half = bounds[0, j] + (bounds[1, j] - bounds[0, j]) // 2  # halving keeps the budget

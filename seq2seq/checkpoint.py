@@ -6,7 +6,9 @@ What a checkpoint holds (a dict, saved with `torch.save`; training adds Lightnin
 - `state_dict`: the model's weights, under `model.` (the LightningModule's attribute);
 - `tokenizer`: the sentencepiece model proto, as bytes;
 - `hyper_parameters`: the optimisation settings of the run (learning rate, smoothing, ...) and the
-  corpus it trained on (`corpus`: dataset, data_dir, src, tgt), which `evaluate.py --split` reads.
+  corpus it trained on (`corpus`: dataset, data_dir, src, tgt), which `evaluate.py --split` reads;
+- `seq2seq_version`: `seq2seq.__version__` of the code that wrote it. Version 0.1.0 kept the run's
+  whole config in `hyper_parameters` instead of `model_args`; `read_checkpoint` still reads those.
 
 The whole flag set of a run lives in its `hparams.yaml`, not here. Rebuilding a model needs no training
 machinery (this is what `load_model` does):

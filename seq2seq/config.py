@@ -12,15 +12,15 @@ import re
 import types
 import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
-import yaml
 
 from seq2seq.errors import UserError
 from seq2seq.guided import check_guided
 from seq2seq.search import SearchConfig
+from seq2seq.transformer import POSITIONS
+from seq2seq.yaml_config import read_yaml
 
 
 def _opt(default: Any, help: str) -> Any:
@@ -128,7 +128,11 @@ class TrainConfig:
     heatmap_every: int = _opt(500, "log alignment heatmaps every N updates (0: off)")
     heatmap_sentences: int = _opt(4, "number of fixed validation sentences shown as heatmaps")
     precision: str = _opt("32-true", "Lightning precision, e.g. 32-true, bf16-mixed")
-    compile: bool = _opt(False, "compile the decoder loop (torch.compile; CUDA graphs on a GPU)")
+    compile: bool = _opt(
+        False,
+        "compile the GRU decoder's loops (torch.compile; on a GPU also CUDA graphs, a path not yet "
+        "measured on one)",
+    )
     accelerator: str = _opt("auto", "Lightning accelerator: cpu, gpu, auto")
     devices: str = _opt("auto", "Lightning devices: a count, a list, or auto")
     num_nodes: int = _opt(1, "machines of a multi-node run (torchrun or SLURM)")
@@ -149,9 +153,25 @@ class TrainConfig:
         return "transformer" if self.model == "transformer" else f"rnn-{self.score}"
 
 
-POSITIVE = ("emb_size", "hidden_size", "enc_layers", "d_model", "heads", "layers", "ff_size",
-            "vocab_size", "max_len", "batch_tokens", "max_epochs", "val_beam", "keep_best",
-            "heatmap_sentences", "accumulate_grad_batches", "num_nodes", "spm_sample")  # fmt: skip
+POSITIVE = (
+    "emb_size",
+    "hidden_size",
+    "enc_layers",
+    "d_model",
+    "heads",
+    "layers",
+    "ff_size",
+    "vocab_size",
+    "max_len",
+    "batch_tokens",
+    "max_epochs",
+    "val_beam",
+    "keep_best",
+    "heatmap_sentences",
+    "accumulate_grad_batches",
+    "num_nodes",
+    "spm_sample",
+)
 
 
 def validate(cfg: TrainConfig) -> TrainConfig:
@@ -192,6 +212,11 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     if cfg.compile and cfg.model != "rnn":
         raise UserError(
             f"--compile compiles the GRU decoder (--model rnn), not --model {cfg.model}"
+        )
+    if cfg.model == "transformer" and cfg.max_len >= POSITIONS:
+        raise UserError(
+            f"--max-len {cfg.max_len}: the Transformer has {POSITIONS:,} positions, one of them for "
+            f"EOS or BOS; use --max-len {POSITIONS - 1} or less"
         )
     if cfg.src == cfg.tgt:
         raise UserError(f"--src and --tgt are both {cfg.src!r}")
@@ -290,30 +315,12 @@ def pick_device(name: str) -> torch.device:
     return device
 
 
-def read_yaml(path: str) -> dict[str, Any]:
-    """Read a YAML config; keys may use dashes or underscores. Unknown keys and bad files are errors."""
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except OSError as err:
-        raise UserError(f"--config {path}: cannot read it ({err.strerror})") from None
-    except yaml.YAMLError as err:
-        raise UserError(f"--config {path}: not valid YAML ({str(err).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise UserError(f"--config {path}: expected a mapping of flag names to values")
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
-    values = {str(key).replace("-", "_"): value for key, value in data.items()}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise UserError(f"--config {path}: unknown key(s) {', '.join(unknown)}")
-    return values
-
-
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
     """Flags (and an optional YAML file) -> a validated TrainConfig."""
     parser = build_parser("Train an attention-based translator (see README.md).")
     known, _ = parser.parse_known_args(argv)
     if known.config:
-        parser.set_defaults(**read_yaml(known.config))
+        parser.set_defaults(**read_yaml(known.config, TrainConfig))
     args = vars(parser.parse_args(argv))
     args.pop("config")
     return validate(TrainConfig(**args))

@@ -4,32 +4,45 @@ Resolution order: `data/<name>/` (current directory), then `<repo>/../shared/dat
 mirror beside every checkout), then the Hugging Face hub. A local folder holds `<split>.<lang>` files
 (plain or `.gz`, line-aligned) or tables laid out as on the hub: `<split>.{tsv,jsonl}[.gz]` or
 `<split>.parquet`, maybe sharded (`<split>-00000-of-00004.parquet`) and maybe under `data/`, with flat
-language columns or a `translation` column. Nothing is read whole: always `chunk_size` pairs at a time.
+language columns or a `translation` column. Nothing is read whole: always `chunk_size` pairs at a time
+(the readers of each format are in seq2seq.corpus_files).
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
 import re
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import islice, zip_longest
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 import seq2seq
+from seq2seq.corpus_files import (
+    CHUNK_PAIRS,
+    arrow_columns,
+    json_row,
+    local_columns,
+    read_lines,
+    schema_langs,
+    text_lines,
+)
 from seq2seq.errors import UserError
+
+__all__ = [  # read_lines and CHUNK_PAIRS are imported from here by the scripts and the preparation
+    "CHUNK_PAIRS",
+    "CorpusSource",
+    "Pairs",
+    "read_lines",
+    "read_pairs",
+    "resolve_corpus",
+    "stream_pairs",
+]
 
 SHARED_DATA = Path(seq2seq.__file__).resolve().parents[1].parent / "shared" / "data"
 HUB_IDS = {"multi30k": "bentrevett/multi30k"}
-CHUNK_PAIRS = 10_000  # pairs per chunk: a few MB of text, enough to amortise per-chunk work
 # One split, many spellings across corpora; `test` is Multi30k's test_2016_flickr where there is one.
 _SPLIT_ALIASES = (("val", "validation", "valid", "dev"), ("test", "test_2016_flickr"))
 _LANG = re.compile(r"[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})?")
@@ -92,18 +105,18 @@ class CorpusSource:
     def langs(self, split: str) -> list[str] | None:
         """Languages of `split`; None for a header-less TSV, whose two columns are src and tgt."""
         if self.hub is not None:
-            return _schema_langs(self.hub[split].features.arrow_schema)
+            return schema_langs(self.hub[split].features.arrow_schema)
         files = self._files[split]
         table = next((k for k in _TABLES if k in files), None) if len(files) == 1 else None
         if table == "tsv":
-            fields = next(_lines(files["tsv"][0], size=1), [""])[0].split("\t")
+            fields = next(text_lines(files["tsv"][0], size=1), [""])[0].split("\t")
             header = len(fields) >= 2 and all(_LANG.fullmatch(f.strip()) for f in fields)
             return sorted(fields) if header else None
         if table == "jsonl":
-            first = next(_lines(files["jsonl"][0], size=1), [])
-            return sorted(_json_row(files["jsonl"][0], 1, first[0])) if first else []
+            first = next(text_lines(files["jsonl"][0], size=1), [])
+            return sorted(json_row(files["jsonl"][0], 1, first[0])) if first else []
         if table == "parquet":
-            return _schema_langs(pq.read_schema(files["parquet"][0]))
+            return schema_langs(pq.read_schema(files["parquet"][0]))
         return sorted(k for k in files if k not in _TABLES)
 
     def fingerprint(self, split: str, langs: tuple[str, ...]) -> str:
@@ -175,9 +188,9 @@ def stream_pairs(
             )
     if source.hub is not None:
         batches = source.hub[split].with_format("arrow").iter(batch_size=chunk_size)
-        raw = (_arrow_columns(b, src_lang, tgt_lang) for b in batches)
+        raw = (arrow_columns(b, src_lang, tgt_lang) for b in batches)
     else:
-        raw = _local_columns(source._files[split], src_lang, tgt_lang, langs is None, chunk_size)
+        raw = local_columns(source._files[split], src_lang, tgt_lang, langs is None, chunk_size)
     return _clean(raw, limit)
 
 
@@ -192,110 +205,3 @@ def _clean(raw: Iterator[tuple[list, list]], limit: int | None) -> Iterator[Pair
         left -= len(keep)
         if left == 0:
             return
-
-
-def _local_columns(
-    files: dict[str, list[Path]], src_lang: str, tgt_lang: str, positional: bool, size: int
-) -> Iterator[tuple[list[str], list[str]]]:
-    if src_lang in files and tgt_lang in files:
-        (src_path,), (tgt_path,) = files[src_lang], files[tgt_lang]
-        n = [0, 0]  # lines so far; once one file has ended, the rest of the other is only counted
-        for src, tgt in zip_longest(_lines(src_path, size), _lines(tgt_path, size), fillvalue=[]):
-            if n[0] == n[1] and len(src) == len(tgt):
-                yield src, tgt
-            n = [n[0] + len(src), n[1] + len(tgt)]
-        if n[0] != n[1]:
-            raise UserError(f"{src_path} has {n[0]} lines but {tgt_path} has {n[1]}")
-    elif "tsv" in files or "jsonl" in files:
-        kind = "tsv" if "tsv" in files else "jsonl"
-        yield from _table_columns(files[kind], kind, src_lang, tgt_lang, positional, size)
-    else:
-        for path in files["parquet"]:
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=size):
-                yield _arrow_columns(batch, src_lang, tgt_lang)
-
-
-def _table_columns(
-    paths: list[Path], kind: str, src_lang: str, tgt_lang: str, positional: bool, size: int
-) -> Iterator[tuple[list[str], list[str]]]:
-    """TSV or JSON Lines shards, row by row; the header of each TSV shard names its columns."""
-    for path in paths:
-        cols, width, number = [0, 1], 2, 0
-        for lines in _lines(path, size):
-            rows = []
-            for line in lines:
-                number += 1
-                if not line.strip():
-                    pair = ("", "")
-                elif kind == "jsonl":
-                    row = _json_row(path, number, line, (src_lang, tgt_lang))
-                    pair = (str(row[src_lang] or ""), str(row[tgt_lang] or ""))
-                else:
-                    fields = line.split("\t")
-                    if number == 1 and not positional:  # the header row
-                        cols, width = [fields.index(k) for k in (src_lang, tgt_lang)], len(fields)
-                        continue
-                    if len(fields) != width:
-                        raise UserError(
-                            f"{path} line {number}: {len(fields)} tab-separated columns, not {width}"
-                        )
-                    pair = (fields[cols[0]], fields[cols[1]])
-                rows.append(pair)
-            yield [s for s, _ in rows], [t for _, t in rows]
-
-
-def _arrow_columns(batch: Any, src_lang: str, tgt_lang: str) -> tuple[list, list]:
-    """Two columns of an Arrow table or batch as lists (None for nulls), never dicts per row."""
-    if "translation" in batch.schema.names:
-        pairs = batch.column("translation")
-        return pc.struct_field(pairs, src_lang).to_pylist(), pc.struct_field(
-            pairs, tgt_lang
-        ).to_pylist()
-    return batch.column(src_lang).to_pylist(), batch.column(tgt_lang).to_pylist()
-
-
-def _schema_langs(schema: pa.Schema) -> list[str]:
-    if "translation" in schema.names and pa.types.is_struct(schema.field("translation").type):
-        return sorted(f.name for f in schema.field("translation").type)
-    return sorted(f.name for f in schema if f.type in (pa.string(), pa.large_string()))
-
-
-def read_lines(path: str | Path) -> list[str]:
-    """Lines of a UTF-8 file (plain or gzip), split on '\\n' only: U+2028 cannot break alignment."""
-    return [line for chunk in _lines(Path(path)) for line in chunk]
-
-
-def _lines(path: Path, size: int = CHUNK_PAIRS) -> Iterator[list[str]]:
-    """The lines of `path` (without '\\n', '\\r\\n' or a byte-order mark), `size` at a time."""
-    number = 0
-    try:
-        with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as file:
-            while raw := b"".join(islice(file, size)).removeprefix(b"\xef\xbb\xbf" * (number == 0)):
-                try:  # one decode per chunk: UTF-8 never hides a 0x0a byte inside a character
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as err:
-                    line = number + raw.count(b"\n", 0, err.start) + 1
-                    raise UserError(
-                        f"{path} line {line}: not valid UTF-8 (byte 0x{raw[err.start]:02x})"
-                    ) from None
-                lines = text.removesuffix("\n").split("\n")  # a final newline starts no line
-                yield [line.removesuffix("\r") for line in lines] if "\r" in text else lines
-                number += len(lines)
-    except (OSError, EOFError, zlib.error) as err:
-        raise UserError(f"{path}: cannot read ({err})") from None
-
-
-def _json_row(path: Path, number: int, line: str, need: tuple[str, ...] = ()) -> dict[str, Any]:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise UserError(f"{path} line {number}: not valid JSON ({err.msg})") from None
-    if isinstance(row, dict) and isinstance(row.get("translation"), dict):
-        row = row["translation"]
-    if not isinstance(row, dict):
-        raise UserError(f"{path} line {number}: expected a JSON object keyed by language")
-    if any(lang not in row for lang in need):
-        raise UserError(
-            f"{path} line {number}: no {'/'.join(map(repr, need))} (has: {sorted(row)})"
-        )
-    return row

@@ -22,6 +22,11 @@ from seq2seq.config import TrainConfig
 from seq2seq.errors import UserError
 from seq2seq.prepare import prepare
 from seq2seq.tokenizer import Tokenizer
+from seq2seq.transformer import POSITIONS
+
+# The flags that fix the order of training batches and the learning-rate horizon: a resumed run must
+# use the checkpoint's, or its count of batches done points into another order.
+ORDER_FLAGS = ("seed", "batch_tokens", "accumulate_grad_batches", "max_len")
 
 
 class SplitRows(Dataset):
@@ -171,22 +176,51 @@ class TranslationDataModule(L.LightningDataModule):
         self._rows = {name: SplitRows(path) for name, path in prepared.paths.items()}
         for name in prepared.paths:
             self.counts[f"{name}/empty"] = prepared.meta[name]["empty"]
-        self.counts["train/too_long"] = int((self._cost("train") == 0).sum())
+        for name in prepared.paths:
+            self.counts[f"{name}/too_long"] = int((self._cost(name) == 0).sum())
         sizes = ", ".join(f"{k} {len(v)}" for k, v in self._rows.items())
         drops = ", ".join(f"{k} {v}" for k, v in self.counts.items() if v)
+        limits = f"longer than max_len, {self.cfg.max_len} subwords"
+        if self._position_limit() is not None:
+            limits += f"; in val and test, over the Transformer's {POSITIONS - 1}"
         rank_zero_info(
             f"{prepared.location}: {sizes} pairs, vocab {self.vocab_size}; dropped: "
-            f"{drops or 'none'} (too_long: longer than max_len, {self.cfg.max_len} subwords)"
+            f"{drops or 'none'} (too_long: {limits})"
         )
+        self._refuse_degenerate(prepared.location)
+
+    def _refuse_degenerate(self, location: str) -> None:
+        """A training split with no pair to train on, or a validation split with none to score, is
+        refused now: before, the first ended a run with exit 0 and no checkpoint, the second failed
+        at fit start."""
+        for role, what in (("train", "training"), ("val", "validation")):
+            total = len(self._rows[role])
+            if total - self.counts[f"{role}/too_long"] > 0:
+                continue
+            name = self.split_names[role]
+            if total == 0:
+                reason = "it has no pairs"
+                if self.counts[f"{role}/empty"]:
+                    reason += f" ({self.counts[f'{role}/empty']} blank lines dropped)"
+            elif role == "train":
+                reason = f"all {total} pairs are longer than `max_len` {self.cfg.max_len} subwords"
+            else:
+                reason = f"all {total} pairs are longer than the model's positions"
+            raise UserError(f"{location}: the {what} split {name!r} yields no batch: {reason}")
+
+    def _position_limit(self) -> int | None:
+        """The longest side (subwords, EOS or BOS not counted) a model can take in val and test."""
+        return POSITIONS - 1 if self.cfg.model == "transformer" else None
 
     def state_dict(self) -> dict[str, int]:
         """Where training stands in its epoch; saved in checkpoints for a mid-epoch resume."""
         if self.trainer is None:
             return {}
         done = self.trainer.fit_loop.epoch_loop.batch_progress.current.completed
-        return {"epoch": self.trainer.current_epoch, "batches_done": done}
+        order = order_settings(self.cfg, self.trainer.world_size)
+        return {"epoch": self.trainer.current_epoch, "batches_done": done, "order": order}
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         if state:
             self._resume_at = (state["epoch"], state["batches_done"])
 
@@ -223,14 +257,16 @@ class TranslationDataModule(L.LightningDataModule):
         return self.datasets[split]
 
     def _cost(self, split: str) -> np.ndarray:
-        """Padded cost of each pair (N,): its longer side plus EOS (source) or BOS (target); in
-        train, 0 for a pair longer than max_len, which leaves it out (uint16: 2 bytes a pair)."""
+        """Padded cost of each pair (N,): its longer side plus EOS (source) or BOS (target); 0 for a
+        pair that is left out: in train, longer than max_len; elsewhere, longer than the model's
+        positions (uint16 in train: 2 bytes a pair)."""
         src, tgt = self._rows[split].lengths()  # (N,) uint16 each
         longer = np.maximum(src, tgt, out=src)  # (N,)
         kind = np.uint16 if split == "train" and self.cfg.max_len < 2**16 - 1 else np.int32
         cost = longer.astype(kind) + kind(1)  # (N,); a uint16 65,535 wraps to 0: left out anyway
-        if split == "train":
-            cost[longer > self.cfg.max_len] = 0
+        limit = self.cfg.max_len if split == "train" else self._position_limit()
+        if limit is not None:
+            cost[longer > limit] = 0
         return cost
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
@@ -239,8 +275,9 @@ class TranslationDataModule(L.LightningDataModule):
         if self.trainer is not None:
             trainer = self.trainer
             epoch, replicas, rank = trainer.current_epoch, trainer.world_size, trainer.global_rank
+        whole = self.cfg.accumulate_grad_batches if shuffle else 1  # full windows every epoch
         sampler = TokenBudgetBatchSampler(
-            cost, self.cfg.batch_tokens, shuffle, self.cfg.seed, replicas, rank
+            cost, self.cfg.batch_tokens, shuffle, self.cfg.seed, replicas, rank, whole
         )
         if shuffle and self._resume_at is not None:
             # A resumed run: the order of the epoch it stopped in (seed + epoch), minus the batches
@@ -256,3 +293,30 @@ class TranslationDataModule(L.LightningDataModule):
             collate_fn=collate,
             num_workers=self.cfg.num_workers,
         )
+
+
+def order_settings(cfg: TrainConfig, world_size: int) -> dict[str, Any]:
+    """What fixes the order of training batches (and so a resume's position in it)."""
+    return {**{name: getattr(cfg, name) for name in ORDER_FLAGS}, "processes": world_size}
+
+
+def check_same_order(cfg: TrainConfig, world_size: int, checkpoint: dict, path: Path) -> None:
+    """Refuse to resume `checkpoint` with flags that change the batch order or the processes: its
+    count of batches done would point into another order, and the schedule's horizon would move."""
+    state = checkpoint.get(TranslationDataModule.__qualname__) or {}
+    saved = state.get("order")
+    if saved is None:  # a checkpoint of an earlier version: nothing to compare with
+        return
+    now = order_settings(cfg, world_size)
+    changed = [name for name in now if name in saved and saved[name] != now[name]]
+    if changed:
+        then = ", ".join(f"{_as_flag(name)} {saved[name]}" for name in changed)
+        here = ", ".join(str(now[name]) for name in changed)
+        raise UserError(
+            f"{path}: trained with {then} (now {here}); resume with the same settings: they fix "
+            "the order of training batches"
+        )
+
+
+def _as_flag(name: str) -> str:
+    return "processes" if name == "processes" else f"`{name}`"

@@ -138,6 +138,18 @@ def figure_to_array(fig: Figure) -> np.ndarray:
     return np.asarray(canvas.buffer_rgba())[..., :3].copy()  # (H, W, 3); copy outlives the canvas
 
 
+def side_by_side(images: list[np.ndarray], gap: int = 12) -> np.ndarray:
+    """RGB images (H_i, W_i, 3) in one row, top-aligned on white, `gap` white pixels between them:
+    (max H_i, sum W_i + gap * (len - 1), 3) uint8. For comparing figures of different sizes."""
+    height = max(image.shape[0] for image in images)
+    row = []
+    for i, image in enumerate(images):
+        padded = np.full((height, image.shape[1] + gap * (i > 0), 3), 255, np.uint8)
+        padded[: image.shape[0], gap * (i > 0) :] = image  # (height, gap + W_i, 3)
+        row.append(padded)
+    return np.concatenate(row, axis=1)  # (height, sum W_i + gaps, 3)
+
+
 def save_figure(fig: Figure, path: str | Path) -> Path:
     """Write a figure to `path` (format from the suffix, e.g. .png), making its folder."""
     path = Path(path)

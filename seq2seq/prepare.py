@@ -8,15 +8,17 @@ Arrow IPC stream shards of SHARD_PAIRS rows with columns index (uint32), src_len
 saturating), src_ids, tgt_ids (uint16 ids; uint32 over 65,536 pieces) and, in all splits but train,
 the raw text (BLEU, heatmaps, alignments); with `guided_alignment`, the train split also has `links`
 (list<uint16>, seq2seq.guided) and its folder name the alignment file's key, so a cache built without
-links, or with another file, is never read for it. A split is written to a temporary folder, renamed when
-whole: a killed preparation leaves no half cache (the next build removes the temporary). One process
-builds: each takes an exclusive `fcntl.flock` on the lock file; the holder builds what is missing,
-the others wait, then find the cache complete (Lightning's launcher, torchrun, SLURM alike).
+links, or with another file, is never read for it.
+
+Faults (seq2seq.cachelock): one process builds, holding the cache's lock; the others wait, then find
+the cache complete (Lightning's launcher, torchrun, SLURM alike). A split is written into a temporary
+folder named after its builder and renamed when whole, so a kill -9 at any line leaves either no
+split or a whole one, plus at most a temporary that the next build removes once its owner is gone.
+The lock dies with its holder, and the encoding workers die with it too.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -24,10 +26,8 @@ import re
 import resource
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from seq2seq.cachelock import exclusive, remove_orphans, temporary_name
 from seq2seq.corpus import CHUNK_PAIRS, CorpusSource, Pairs, resolve_corpus, stream_pairs
 from seq2seq.errors import UserError
 from seq2seq.guided import attach_links, encode_with_links, links_suffix
@@ -84,7 +85,7 @@ def prepare(
     ready = _complete(cfg, source, names, key)
     if ready is not None:  # the usual case once prepared: no lock, so read-only caches work too
         return ready
-    with _exclusive(Path(cfg.cache_dir) / f"{key}.lock"):
+    with exclusive(Path(cfg.cache_dir) / f"{key}.lock", _log):
         ready = _complete(cfg, source, names, key)  # another process may have built it meanwhile
         if ready is not None:
             return ready
@@ -95,6 +96,8 @@ def prepare(
             if not path.exists():
                 _encode_split(cfg, source, split, tokenizer, path, workers, chunk_size)
     ready = _complete(cfg, source, names, key)
+    if ready is None:  # cannot happen with a working lock; say so rather than fail obscurely
+        raise UserError(f"`cache_dir` {cfg.cache_dir}: the cache changed while it was being built")
     ready.built = True  # complete now: this process built it
     return ready
 
@@ -182,9 +185,10 @@ def _encode_split(
     `sizes`: the processes that encode and the pairs they take at a time."""
     workers, chunk_size = sizes
     path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{path.name}.*"):  # left by a killed build: we hold the lock
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+    remove_orphans(path, _log)  # never another machine's: its builder may be at work
+    tmp = temporary_name(path)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
     train = split == source.find_split("train")  # the other splits keep their raw sentences
     dtype = np.uint16 if tok.vocab_size <= 2**16 else np.uint32
     guided = train and cfg.guided_alignment is not None
@@ -208,7 +212,6 @@ def _encode_split(
         seconds = time.perf_counter() - start
         meta = {"rows": rows, "empty": empty, "shards": shards, "seconds": round(seconds, 1)}
         (tmp / "meta.json").write_text(json.dumps(meta))
-        tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared like the data
         try:
             os.replace(tmp, path)  # all or nothing
         except OSError:  # a builder on another machine (a lock that did not reach it) was first
@@ -255,31 +258,6 @@ def _record_batch(
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-@contextmanager
-def _exclusive(lock: Path) -> Iterator[None]:
-    """Hold an exclusive flock on `lock` (created if missing); tell the user when waiting."""
-    try:
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(lock, "a")  # noqa: SIM115 - closed below, after the lock is released
-    except OSError as err:
-        raise UserError(f"`cache_dir` {lock.parent}: cannot write there ({err.strerror})") from None
-    with handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            _log(f"waiting for another process to finish preparing {lock.parent}")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        except OSError as err:  # e.g. ENOLCK: a network filesystem without locks
-            raise UserError(
-                f"`cache_dir` {lock.parent}: cannot lock {lock.name} ({err.strerror}); "
-                "prepare the cache once with scripts/prepare.py before starting many processes"
-            ) from None
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _progress(chunks: Iterator[Pairs], split: str, what: str = "encoding") -> Iterator[Pairs]:
     from tqdm import tqdm
 
@@ -307,7 +285,10 @@ def _cpu() -> float:
 
 
 def _cores() -> int:
-    return len(os.sched_getaffinity(0))  # the cores this process may use (a SLURM allocation's)
+    """The cores this process may use (a SLURM allocation's); all of them where that is unknown."""
+    if hasattr(os, "sched_getaffinity"):  # not on macOS
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _safe(name: str) -> str:

@@ -141,14 +141,19 @@ class TranslationSystem(L.LightningModule):
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         if grads:
             torch._foreach_mul_(grads, factor)  # one fused kernel per device and dtype
-        self.log("train/loss", loss_sum / tokens, prog_bar=True)
+        # train/loss is what val/loss is, the NLL per target token; the label-smoothed loss that
+        # the gradient follows is logged beside it.
+        self.log("train/loss", nll_sum / tokens, prog_bar=True)
+        self.log("train/smoothed_loss", loss_sum / tokens)
         self.log("train/ppl", torch.exp((nll_sum / tokens).clamp(max=50)))
         if self.hparams.guided_alignment_weight > 0:  # per real target token, before the weight
             self.log("train/align_loss", align_sum / tokens)
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         _, nll_sum, tokens, weights = self._shared_step(batch)
-        entropy = attention_entropy(weights, batch["tgt_mask"])
+        # A sum over target rows, divided by the rows of all ranks at the end: a mean per row that
+        # neither the batching nor the number of processes changes.
+        entropy = attention_entropy(weights, batch["tgt_mask"]) * tokens
         self._val_sums += torch.stack([nll_sum.float(), tokens.float(), entropy.float()]).cpu()
         # The same search code as evaluate.py, so validation BLEU is the BLEU a user will measure.
         hyps = translate_batch(self.fast or self.model, batch, self.val_search)
@@ -164,22 +169,23 @@ class TranslationSystem(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         outputs, sums = self._val_outputs, self._val_sums
-        batches = max(self.trainer.num_val_batches[0] if self.trainer.num_val_batches else 1, 1)
         if self.trainer.world_size > 1:  # every rank decoded a disjoint share: gather them all
             gathered: list[Any] = [None] * self.trainer.world_size
             torch.distributed.all_gather_object(gathered, (outputs, sums))
             outputs = [pair for rank_outputs, _ in gathered for pair in rank_outputs]
             sums = sum(rank_sums for _, rank_sums in gathered)
-            batches = batches * self.trainer.world_size
         nll_sum, tokens, entropy_sum = sums.tolist()
-        references = self.trainer.datamodule.references("val")
-        hypotheses = [text for _, text in sorted(outputs)]
-        if len(hypotheses) == len(references):  # a partial validation (limits) has no BLEU
-            self.log("val/bleu", corpus_bleu(hypotheses, references).value, prog_bar=True)
+        data = self.trainer.datamodule
+        references = data.references("val")
+        left_out = data.counts.get("val/too_long", 0)  # over the model's positions
+        if len(outputs) == len(references) - left_out:  # a partial validation (limits): no BLEU
+            hypotheses = [text for _, text in sorted(outputs)]
+            kept = [references[index] for index, _ in sorted(outputs)]
+            self.log("val/bleu", corpus_bleu(hypotheses, kept).value, prog_bar=True)
         # Every rank holds the gathered sums, so every rank logs the same value: no sync needed.
         self.log("val/loss", nll_sum / max(tokens, 1))
         self.log("val/ppl", perplexity(nll_sum, int(tokens)))
-        self.log("val/attn_entropy", entropy_sum / batches)
+        self.log("val/attn_entropy", entropy_sum / max(tokens, 1))
 
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams

@@ -11,7 +11,6 @@ import multiprocessing
 import os
 import re
 import sys
-import tempfile
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -187,7 +186,7 @@ def encode_chunks(
     context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
     model = tokenizer.to_bytes()
     with ProcessPoolExecutor(
-        workers, context, initializer=_start_worker, initargs=(model,)
+        workers, context, initializer=_start_worker, initargs=(model, os.getpid())
     ) as pool:
         pending: deque = deque()
         for chunk in chunks:
@@ -198,8 +197,11 @@ def encode_chunks(
         yield from ((done, future.result()) for done, future in pending)
 
 
-def _start_worker(model: bytes) -> None:
+def _start_worker(model: bytes, parent: int) -> None:
     global _worker
+    from seq2seq.cachelock import die_with_parent
+
+    die_with_parent(parent)  # a killed builder leaves no worker behind
     _worker = Tokenizer.from_bytes(model)
 
 
@@ -263,20 +265,27 @@ def load_or_train_tokenizer(
             must be filename-safe.
         sample: at most this many sentences are trained on (0: all); see `Tokenizer.train`.
     """
+    from seq2seq.cachelock import remove_orphans, temporary_name
+
     cache_dir = Path(cache_dir)
     path = tokenizer_path(cache_dir, key, vocab_size)
     if path.exists():
         return load_tokenizer(path)
     tokenizer = Tokenizer.train(texts_fn(), vocab_size, sample=sample)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    # Write beside the target, then rename: a crash (or a second process) never sees half a model.
-    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=f".{path.name}.", suffix=".tmp")
+    remove_orphans(path, lambda message: print(f"prepare: {message}", file=sys.stderr))
+    # Written beside the target under this process's name, then published with a hard link, which
+    # fails when the name exists: a kill leaves no half model, and where two machines trained at
+    # once (a lock that did not reach across them) the first model published is the one both use.
+    tmp = temporary_name(path)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(tokenizer.to_bytes())
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; the cache is shared like the data
+        tmp.write_bytes(tokenizer.to_bytes())
+        os.chmod(tmp, 0o644)  # the cache is shared like the data
+        os.link(tmp, path)
+    except FileExistsError:
+        return load_tokenizer(path)
+    except OSError:  # a filesystem without hard links: a rename is atomic too, last one wins
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    finally:
+        tmp.unlink(missing_ok=True)
     return tokenizer

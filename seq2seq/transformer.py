@@ -30,11 +30,13 @@ from torch import Tensor, nn
 from seq2seq.attention import MultiHeadAttention
 from seq2seq.interface import Seq2Seq, State
 
+POSITIONS = 1024  # rows of the positional table: the longest sequence, EOS or BOS included
+
 
 class PositionalEncoding(nn.Module):
     """The sinusoidal table PE (max_len, H), computed once; `forward` looks positions up in it."""
 
-    def __init__(self, d_model: int, max_len: int = 1024) -> None:
+    def __init__(self, d_model: int, max_len: int = POSITIONS) -> None:
         super().__init__()
         position = torch.arange(max_len).unsqueeze(1)  # (max_len, 1)
         inv_freq = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))  # (H/2,)
@@ -172,7 +174,7 @@ class TransformerSeq2Seq(Seq2Seq):
         attn_dropout: float = 0.1,
         post_ln: bool = False,
         tie_embeddings: bool = True,
-        max_len: int = 1024,
+        max_len: int = POSITIONS,
         alignment_layer: int = -1,
         alignment_heads: int = -1,
     ) -> None:

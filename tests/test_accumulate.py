@@ -118,8 +118,12 @@ def test_two_accumulated_half_batches_give_the_gradient_of_one_full_batch() -> N
         torch.testing.assert_close(split[name], expected[name])
         torch.testing.assert_close(full[name], expected[name])
     # The logged loss is the update's loss per real token, not the last micro-batch's.
-    assert split_metrics["train/loss"] == pytest.approx(loss, rel=1e-5)
-    assert full_metrics["train/loss"] == pytest.approx(loss, rel=1e-5)
+    assert split_metrics["train/smoothed_loss"] == pytest.approx(loss, rel=1e-5)
+    assert full_metrics["train/smoothed_loss"] == pytest.approx(loss, rel=1e-5)
+    # train/loss is val/loss's quantity: the plain NLL per real token of the update.
+    _, nll_sum, count, _ = batch_loss(make_system().model, collate(sum(halves, [])), 0.1)
+    assert split_metrics["train/loss"] == pytest.approx((nll_sum / count).item(), rel=1e-5)
+    assert split_metrics["train/loss"] < split_metrics["train/smoothed_loss"]
     # tokens/sec counts both batches, once, at the update (1 s by the clock above).
     assert split_metrics["train/tokens_per_sec"] == full_metrics["train/tokens_per_sec"]
     assert split_metrics["train/tokens_per_sec"] == tokens(halves)
@@ -163,7 +167,7 @@ def test_two_ranks_with_two_accumulated_batches_each_give_the_gradient_of_one_ba
         assert result["grads"].keys() == expected.keys()
         for name in expected:
             torch.testing.assert_close(result["grads"][name], expected[name])
-        assert result["metrics"]["train/loss"] == pytest.approx(loss, rel=1e-5)
+        assert result["metrics"]["train/smoothed_loss"] == pytest.approx(loss, rel=1e-5)
         # The job's tokens per second: both ranks' batches, summed at the update.
         assert result["metrics"]["train/tokens_per_sec"] == tokens(parts)
 
@@ -179,3 +183,28 @@ def ddp_worker(out: Path) -> None:
 if __name__ == "__main__":
     torch.set_num_threads(1)
     ddp_worker(Path(sys.argv[1]))
+
+
+def test_every_epoch_holds_whole_updates_so_validation_falls_on_their_boundaries(
+    tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from seq2seq.batching import TokenBudgetBatchSampler
+    from tests.conftest import load_script, tiny_train_args
+
+    lengths = [5, 9, 3, 7, 11, 4, 6, 8, 2, 10] * 7  # 70 examples, a few dozen batches
+    for accumulate in (1, 3, 4):
+        sampler = TokenBudgetBatchSampler(lengths, 30, shuffle=True, multiple_of=accumulate)
+        for epoch in range(3):
+            sampler.set_epoch(epoch)
+            assert len(sampler) % accumulate == 0 and len(list(sampler)) == len(sampler) > 0
+    # A run whose epochs (9 batches of the tiny corpus) are not multiples of 4: validation every 3
+    # updates (12 batches) used to fall mid-window from the second epoch on, and the checkpoint
+    # written there dropped the window's pending gradients on resume.
+    monkeypatch.chdir(tmp_path)
+    args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--accumulate-grad-batches", "4")
+    args += ["--max-steps", "9", "--val-every", "3", "--keep-best", "5"]
+    assert load_script("train").main(args) == 0
+    ckpts = sorted((tmp_path / "runs" / "rnn-additive" / "version_0" / "checkpoints").iterdir())
+    states = [torch.load(p, weights_only=True)["TranslationDataModule"] for p in ckpts]
+    assert len(states) >= 3 and {s["epoch"] for s in states} != {0}  # later epochs are there
+    assert all(s["batches_done"] % 4 == 0 for s in states), states

@@ -18,6 +18,7 @@ from tests.conftest import load_script
 
 benchmark = load_script("benchmark")
 benchmark_memory = load_script("benchmark_memory")
+plot_benchmarks = load_script("plot_benchmarks")
 TINY = ["--vocab-size", "100", "--emb-size", "16", "--hidden-size", "32", "--batch-tokens", "400"]
 
 
@@ -125,15 +126,53 @@ def test_quick_benchmark_writes_every_figure(tiny_corpus, tmp_path, monkeypatch,
     decode = result["decode"]
     assert decode["sentences"] == 20 and decode["trained_updates"] == 12
     assert decode["greedy_sent_per_sec"] > 0 and decode["beam5_sent_per_sec"] > 0
-    table = capsys.readouterr().out
+    printed = capsys.readouterr()
+    table = printed.out
     assert "vs reference" in table and "beam-5" in table and "peak GPU" not in table
-    assert table.count("\n") == 1 + 1 + 3 + 2  # header, column heads, three paths, two lines
+    assert table.count("\n") == 1 + 1 + 1 + 3 + 2  # header, cpu, column heads, 3 paths, 2 lines
+    cpu = result["cpu"]
+    assert f"cpu: {cpu['model']}, capability {torch.backends.cpu.get_cpu_capability()}" in table
+    # Progress on stderr while it runs: one line per round, with every path's speed.
+    rounds = [line for line in printed.err.splitlines() if line.startswith("round ")]
+    assert [line.split(":")[0] for line in rounds] == ["round 1/3", "round 2/3", "round 3/3"]
+    assert all(f"{name} " in rounds[0] for name in result["paths"])
+    # A CPU without native bf16 gets a row saying why its bf16 path did not run.
+    del result["paths"]["bf16"]
+    result["skipped"] = {"bf16": "skipped: no native bf16 on this CPU (AVX2)"}
+    assert "\nbf16       skipped: no native bf16" in benchmark.render(result)
     # A CUDA run's table (not runnable here) gains a peak-memory column and the bf16 matmul rate.
     result["device"], result["matmul"]["bf16"] = "NVIDIA H200", 700_000.0
     for figures in result["paths"].values():
         figures["peak_gpu_mb"] = 630.0
     gpu = benchmark.render(result)
     assert "peak GPU MB" in gpu and "bf16 700,000" in gpu and "NVIDIA H200" in gpu
+    # plot_benchmarks draws the JSON as written: a bar per path, tallest where tokens/s are highest.
+    assert plot_benchmarks.main(["--speed", str(out), "--out-dir", str(tmp_path)]) == 0
+    assert (tmp_path / "speed.png").stat().st_size > 0
+    written = json.loads(out.read_text())
+    bars = plot_benchmarks.speed_figure(written).axes[0].patches
+    speeds = [f["tokens_per_sec"] for f in written["paths"].values()]
+    assert [bar.get_height() for bar in bars] == pytest.approx(speeds)
+    # A skipped path is a labelled gap after the bars that ran.
+    written["skipped"] = {"bf16": "skipped: no native bf16"}
+    del written["paths"]["bf16"]
+    ax = plot_benchmarks.speed_figure(written).axes[0]
+    assert len(ax.patches) == 2 and [t.get_text() for t in ax.get_xticklabels()][-1] == "bf16"
+
+
+def test_bf16_path_is_skipped_on_a_cpu_without_native_bf16() -> None:
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    without, native = {"native_bf16": False, "capability": "AVX2"}, {"native_bf16": True}
+    names, skipped = benchmark.path_names(cpu, without, force_bf16=False)
+    assert names == ["fast", "reference"] and list(skipped) == ["bf16"]
+    assert "no native bf16" in skipped["bf16"] and "AVX2" in skipped["bf16"]
+    for device, cpu_info, force in (
+        (cpu, native, False),
+        (cpu, without, True),
+        (gpu, without, False),
+    ):
+        assert benchmark.path_names(device, cpu_info, force) == (list(benchmark.PATHS), {})
+    assert benchmark.native_bf16() == torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 @pytest.mark.slow
@@ -162,6 +201,16 @@ def test_quick_memory_benchmark_reports_probes_runs_and_heatmaps(
         assert heatmaps["greedy_sec"] > 0 and heatmaps["teacher_forced_sec"] > 0
     table = capsys.readouterr().out
     assert "bf16-mixed" in table and "RSS at update 4" in table and "share at defaults" in table
+    # plot_benchmarks: per run, its RSS readings over updates and its peak as a flat line.
+    assert plot_benchmarks.main(["--memory", str(out), "--out-dir", str(tmp_path)]) == 0
+    assert (tmp_path / "memory.png").stat().st_size > 0
+    lines = plot_benchmarks.memory_figure(result).axes[0].get_lines()
+    assert len(lines) == 2 * len(result["train"])
+    pairs = zip(result["train"].values(), lines[::2], lines[1::2], strict=True)
+    for run, rss, peak in pairs:
+        assert list(rss.get_xdata()) == [0, 1, 2, 3, 4]
+        assert list(rss.get_ydata()) == [r["mb"] for r in run["rss"]]
+        assert set(peak.get_ydata()) == {run["peak_rss_mb"]}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal needs a machine without CUDA")

@@ -54,8 +54,39 @@ def test_unknown_yaml_key_is_named(tmp_path) -> None:
 def test_bad_choice_in_yaml_names_the_flag(tmp_path) -> None:
     path = tmp_path / "run.yaml"
     path.write_text("score: cosine\n")
-    with pytest.raises(UserError, match="--score must be one of additive, dot, scaled"):
+    with pytest.raises(UserError, match="line 1: score must be one of additive, dot, scaled"):
         parse_args(["--config", str(path)])
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "lr: 0.01\nbatch-tokens: lots\n",
+            "line 2: batch-tokens must be a whole number, got 'lots'",
+        ),
+        ("batch_tokens: 2048.5\n", "line 1: batch_tokens must be a whole number, got 2048.5"),
+        ("lr: fast\n", "line 1: lr must be a number, got 'fast'"),
+        ("tie_embeddings: 1\n", "line 1: tie_embeddings must be true or false, got 1"),
+        ("max_len: yes\n", "line 1: max_len must be a whole number, got True"),
+        ("src: [de, fr]\n", "line 1: src must be a string, got ['de', 'fr']"),
+        ("seed:\n", "line 1: seed needs a value"),
+    ],
+)
+def test_yaml_values_are_checked_against_the_fields_types(tmp_path, text, message) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError) as caught:
+        parse_args(["--config", str(path)])
+    assert str(caught.value) == f"--config {path} {message}"
+
+
+def test_yaml_whole_numbers_serve_where_floats_or_strings_are_expected(tmp_path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text("devices: 2\nlr: 1\nlimit_train_pairs: null\n")
+    cfg = parse_args(["--config", str(path)])
+    assert (cfg.devices, cfg.lr, cfg.limit_train_pairs) == ("2", 1.0, None)
+    assert isinstance(cfg.lr, float)
 
 
 @pytest.mark.parametrize(

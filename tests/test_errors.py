@@ -94,6 +94,48 @@ def resume_not_torch(tmp: Path) -> list[str]:
     return ["--resume", str(tmp / "notes.ckpt")]
 
 
+def yaml_bad_value(tmp: Path) -> list[str]:
+    (tmp / "run.yaml").write_text("seed: 3\nlr: fast\n")
+    return ["--config", str(tmp / "run.yaml")]
+
+
+def precision_typo(tmp: Path) -> list[str]:
+    return ["--precision", "fp16"]
+
+
+def strategy_typo(tmp: Path) -> list[str]:
+    return ["--strategy", "dpp"]
+
+
+def gpu_without_one(tmp: Path) -> list[str]:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    return ["--accelerator", "gpu"]
+
+
+def devices_typo(tmp: Path) -> list[str]:
+    return ["--devices", "two"]
+
+
+def lightning_refusal(tmp: Path) -> list[str]:
+    return ["--strategy", "fsdp"]  # a GPU-only strategy: Lightning's own check, as one line
+
+
+def transformer_max_len(tmp: Path) -> list[str]:
+    return ["--model", "transformer", "--max-len", "5000"]
+
+
+def every_pair_too_long(tmp: Path) -> list[str]:
+    return ["--data-dir", str(write_corpus(tmp / "c", SMALL)), "--max-len", "2"]
+
+
+def empty_validation_split(tmp: Path) -> list[str]:
+    corpus = write_corpus(tmp / "c", SMALL)
+    for lang in ("de", "en"):
+        (corpus / f"val.{lang}").write_text("")
+    return ["--data-dir", str(corpus)]
+
+
 # (case, its flags, what the one-line message must contain); docs/errors.md shows the full lines.
 CASES: list[tuple[Callable[[Path], list[str]], tuple[str, ...]]] = [
     (short_train_en, ("train.de has 30 lines but", "train.en has 29")),
@@ -113,6 +155,18 @@ CASES: list[tuple[Callable[[Path], list[str]], tuple[str, ...]]] = [
     (resume_truncated, ("t.ckpt: not a readable checkpoint (truncated",)),
     (resume_foreign, ("other.ckpt: not a seq2seq checkpoint",)),
     (resume_not_torch, ("notes.ckpt: not a readable checkpoint",)),
+    (yaml_bad_value, ("run.yaml line 2: lr must be a number, got 'fast'",)),
+    (precision_typo, ("--precision fp16: not a Lightning precision (one of 16-true, 16-mixed",)),
+    (strategy_typo, ("--strategy dpp: not a Lightning strategy (did you mean ddp?)",)),
+    (gpu_without_one, ("--accelerator gpu: no CUDA GPU here; use --accelerator cpu (or auto)",)),
+    (devices_typo, ("--devices two: not a count, a list of indices (0,1), -1 (all) or auto",)),
+    (lightning_refusal, ("--strategy fsdp", "The strategy 'fsdp' requires a GPU accelerator")),
+    (transformer_max_len, ("--max-len 5000: the Transformer has 1,024 positions",)),
+    (
+        every_pair_too_long,
+        ("the training split 'train' yields no batch: all 30 pairs are longer than --max-len 2",),
+    ),
+    (empty_validation_split, ("the validation split 'val' yields no batch: it has no pairs",)),
 ]
 
 
@@ -195,3 +249,28 @@ def test_non_finite_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(
     assert last["global_step"] == 10
     assert all(t.isfinite().all() for t in last["state_dict"].values())
     assert sorted(p.name for p in ckpts.iterdir()) == ["best-10.ckpt", "last.ckpt"]
+
+
+def test_bf16_on_a_cpu_without_native_bf16_is_warned_once_in_one_line(
+    tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    import seq2seq.launch as launch
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(launch, "native_bf16", lambda: False)  # as on an AVX2-only CPU
+    args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--precision", "bf16-mixed")
+    assert train.main([*args, "--max-steps", "2"]) == 0  # a warning: the run goes on
+    said = [line for line in capsys.readouterr().err.splitlines() if "bf16" in line]
+    capability = torch.backends.cpu.get_cpu_capability()
+    assert said == [launch.SLOW_BF16.format(precision="bf16-mixed", capability=capability)]
+    assert said[0].startswith("warning: --precision bf16-mixed: this CPU has no native bf16")
+
+
+def test_translate_refuses_a_gz_input_that_is_not_gzip(
+    tiny_checkpoint: Path, tmp_path: Path, capsys
+) -> None:
+    path = tmp_path / "sources.gz"
+    path.write_text("Ein hund läuft\n")  # plain text under a .gz name
+    assert load_script("translate").main([str(tiny_checkpoint), "--input", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: --input {path}: not a gzip file (rename it without .gz if it is text)"

@@ -2,7 +2,8 @@ import pytest
 import torch
 from torch import nn
 
-from seq2seq.attention import MultiHeadAttention, lengths_to_mask
+from seq2seq.attention import lengths_to_mask
+from seq2seq.multihead import MultiHeadAttention
 
 H, N = 16, 4
 
@@ -110,3 +111,12 @@ def test_cached_keys_equal_full_causal_attention() -> None:
 def test_rejects_indivisible_width() -> None:
     with pytest.raises(ValueError, match="divisible"):
         MultiHeadAttention(10, 4)
+
+
+def test_the_old_import_path_still_gives_the_same_class() -> None:
+    from seq2seq import attention, multihead
+
+    assert attention.MultiHeadAttention is multihead.MultiHeadAttention
+    assert attention.attention_mask is multihead.attention_mask
+    with pytest.raises(AttributeError, match="no attribute 'MultiHead'"):
+        attention.MultiHead  # noqa: B018

@@ -147,6 +147,11 @@ def test_resume_restores_the_saved_state_and_matches_an_uninterrupted_run(
     [
         (("--hidden-size", "64"), "do not fit the model these flags build (model.decoder"),
         (("--vocab-size", "90"), "trained with another tokenizer; resume with the same corpus"),
+        (
+            ("--batch-tokens", "500", "--seed", "2"),
+            "trained with --seed 1, --batch-tokens 400 (now 2, 500); resume with the same settings",
+        ),
+        (("--accumulate-grad-batches", "2"), "trained with --accumulate-grad-batches 1 (now 2)"),
     ],
 )
 def test_resume_refuses_a_checkpoint_of_another_model(

@@ -90,13 +90,29 @@ def test_cache_write_is_atomic(
     tmp_path: Path, tiny_corpus: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def crash(src: str, dst: str) -> None:
-        raise KeyboardInterrupt  # a kill between writing and renaming
+        raise KeyboardInterrupt  # an interrupt between writing and publishing
 
-    monkeypatch.setattr(tok.os, "replace", crash)
+    monkeypatch.setattr(tok.os, "link", crash)
     texts = lambda: (tiny_corpus / "train.en").read_text("utf-8").splitlines()  # noqa: E731
     with pytest.raises(KeyboardInterrupt):
         load_or_train_tokenizer(tmp_path, texts, 60, key="tiny-en")
     assert os.listdir(tmp_path) == []  # neither a half model nor a stray temporary file
+
+
+def test_the_first_model_published_wins(tmp_path: Path, tiny_corpus: Path) -> None:
+    # Two machines whose lock did not reach each other train at once: the second one to finish
+    # finds the first one's model in place, and uses it rather than replacing it.
+    texts = lambda: (tiny_corpus / "train.en").read_text("utf-8").splitlines()  # noqa: E731
+    first = load_or_train_tokenizer(tmp_path, texts, 60, key="tiny-en")
+    path = tok.tokenizer_path(tmp_path, "tiny-en", 60)
+    real_exists, calls = Path.exists, []
+    Path.exists = lambda self: calls.append(self) or (False if self == path else real_exists(self))
+    try:  # this process did not see the model before training: as if both trained at once
+        other = load_or_train_tokenizer(tmp_path, lambda: texts()[:100], 60, key="tiny-en")
+    finally:
+        Path.exists = real_exists
+    assert path in calls and other.to_bytes() == first.to_bytes() == path.read_bytes()
+    assert sorted(os.listdir(tmp_path)) == [path.name]
 
 
 def test_corrupt_cache_names_the_file(tmp_path: Path) -> None:

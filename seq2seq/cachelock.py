@@ -1,0 +1,164 @@
+"""One builder per cache: an exclusive lock that names its holder, and temporaries owned by one process.
+
+What a kill -9 leaves behind, and why it never blocks the next start:
+
+- The lock is a POSIX record lock (`fcntl.lockf`), which belongs to the process that took it: the
+  kernel drops it when that process dies, and processes it forks (the encoding workers) do not
+  inherit it. (An `flock` lock belongs to the open file description, which forked children share: a
+  builder killed while its workers lived left them holding the lock, and every later start waited.)
+- Inside the lock file the holder writes who it is (host, pid, process start time), so a waiting
+  process says whom it waits for.
+- A temporary file or folder carries its owner in its name. A builder removes only the temporaries
+  of owners that are gone (same host, no such live process), never those of a live process or of
+  another machine: where the lock does not reach across machines (NFS mounted `nolock`, Lustre
+  `localflock`), two builders then race to publish, and the first complete result wins.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from seq2seq.errors import UserError
+
+POLL_SECONDS = 0.5  # how often a waiting process tries the lock again
+
+
+@dataclass(frozen=True)
+class Owner:
+    """A process, told apart from a later one with the same pid by its start time."""
+
+    host: str
+    pid: int
+    started: int  # start time in clock ticks since boot (Linux); 0 where unknown
+
+    @classmethod
+    def me(cls) -> Owner:
+        return cls(socket.gethostname(), os.getpid(), _start_ticks(os.getpid()))
+
+    @property
+    def tag(self) -> str:
+        """The owner as a name part: host~pid~start (hostnames have no '~')."""
+        return f"{self.host}~{self.pid}~{self.started}"
+
+    @classmethod
+    def from_tag(cls, tag: str) -> Owner | None:
+        parts = tag.split("~")
+        if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+            return None
+        return cls(parts[0], int(parts[1]), int(parts[2]))
+
+    def alive(self) -> bool | None:
+        """True or False on this host; None (cannot tell) for a process of another machine."""
+        if self.host != socket.gethostname():
+            return None
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass  # someone else's process: it exists
+        return _start_ticks(self.pid) == self.started  # a reused pid is another process
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} on {self.host}"
+
+
+def _start_ticks(pid: int) -> int:
+    """Field 22 of /proc/<pid>/stat; 0 where there is no /proc (macOS) or the process is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[19])  # fields after "(comm)" start at field 3
+
+
+@contextmanager
+def exclusive(lock: Path, log: Callable[[str], None]) -> Iterator[None]:
+    """Hold the lock `lock` (created if missing) for the block; `log` tells the user when waiting."""
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise UserError(f"`cache_dir` {lock.parent}: cannot write there ({err.strerror})") from None
+    try:
+        waited_for = None
+        while not _try_lock(fd, lock):
+            holder = _holder(lock)
+            if holder != waited_for:  # said once per holder, not once per poll
+                who = f"{holder}" if holder else "another process"
+                log(f"waiting for {who} to finish preparing {lock.parent} (lock {lock.name})")
+                waited_for = holder
+            time.sleep(POLL_SECONDS)
+        # Through the locked descriptor: opening and closing the file again here would drop the lock.
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{Owner.me().tag}\n".encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)  # a released lock names no holder
+            fcntl.lockf(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _try_lock(fd: int, lock: Path) -> bool:
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except (BlockingIOError, PermissionError):  # EAGAIN or EACCES: held by another process
+        return False
+    except OSError as err:  # e.g. ENOLCK: a network filesystem without locks
+        raise UserError(
+            f"`cache_dir` {lock.parent}: cannot lock {lock.name} ({err.strerror}); "
+            "prepare the cache once with scripts/prepare.py before starting many processes"
+        ) from None
+
+
+def _holder(lock: Path) -> Owner | None:
+    try:
+        return Owner.from_tag(lock.read_text().strip())
+    except OSError:
+        return None
+
+
+def temporary_name(target: Path) -> Path:
+    """A temporary path beside `target` that names this process as its owner."""
+    return target.with_name(f".{target.name}.{Owner.me().tag}.tmp")
+
+
+def remove_orphans(target: Path, log: Callable[[str], None]) -> None:
+    """Remove the temporaries of `target` whose owner is gone; leave those of live processes and of
+    other machines (whose liveness cannot be seen from here)."""
+    prefix, mine = f".{target.name}.", temporary_name(target)
+    for path in target.parent.glob(f"{prefix}*"):
+        # An owner's tag; none in the random names of earlier versions, whose builders are gone.
+        owner = Owner.from_tag(path.name[len(prefix) :].removesuffix(".tmp"))
+        if path == mine or (owner is not None and owner.alive() is not False):
+            continue
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        log(f"removed {path.name}, left by a preparation that was killed")
+
+
+def die_with_parent(parent: int) -> None:
+    """In a worker process: be killed when the process that started it dies (Linux), so a killed
+    builder leaves no worker behind; exit at once if that has already happened."""
+    if sys.platform == "linux":
+        import ctypes
+        import signal
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the line above took effect
+        os._exit(1)

@@ -1,0 +1,90 @@
+"""`--config FILE`: a YAML mapping of a config dataclass's fields, checked key by key and value by value
+against the dataclass's annotations before anything else runs, each error naming the file and line.
+
+Argparse checks the types of flags; YAML values skip argparse, so without this a `devices: 2` (an int
+where the dataclass says str) or `lr: fast` surfaced as a traceback minutes later, after preparation.
+Dashes and underscores are interchangeable in keys. A whole number is accepted where a float or a
+string is expected (`lr: 1`, `devices: 2`), nothing else is converted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from seq2seq.errors import UserError
+
+
+def read_yaml(path: str, schema: type) -> dict[str, Any]:
+    """The values of YAML file `path` by field name of the dataclass `schema`.
+
+    Raises UserError naming the file (and line) for an unreadable file, invalid YAML, a document that
+    is not a mapping, an unknown key, or a value of the wrong type.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        node = yaml.compose(text)  # the node tree keeps each key's line for the messages
+    except OSError as err:
+        raise UserError(f"--config {path}: cannot read it ({err.strerror})") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise UserError(f"--config {path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    if node is None:
+        return {}
+    if not isinstance(node, yaml.MappingNode):
+        raise UserError(f"--config {path}: expected a mapping of flag names to values")
+    data = yaml.safe_load(text)
+    hints = typing.get_type_hints(schema)
+    fields = {f.name for f in dataclasses.fields(schema)}
+    values = {}
+    for key_node, _ in node.value:
+        key, line = key_node.value, key_node.start_mark.line + 1
+        name = str(key).replace("-", "_")
+        where = f"--config {path} line {line}"
+        if name not in fields:
+            raise UserError(f"{where}: unknown key {key!r}")
+        values[name] = _checked(data[key], hints[name], f"{where}: {key}")
+    return values
+
+
+def _checked(value: Any, annotation: Any, what: str) -> Any:
+    """`value` if it fits `annotation` (int where float or str is expected becomes one), else a
+    UserError that starts with `what`."""
+    optional, kind = _unwrap(annotation)
+    if value is None:
+        if optional:
+            return None
+        raise UserError(f"{what} needs a value")
+    if typing.get_origin(kind) is Literal:
+        choices = typing.get_args(kind)
+        if value not in choices:
+            raise UserError(f"{what} must be one of {', '.join(map(str, choices))}, got {value!r}")
+        return value
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise UserError(f"{what} must be true or false, got {value!r}")
+    if isinstance(value, bool):  # YAML's yes/no/true are bools, never numbers or names here
+        raise UserError(f"{what} must be {_NAMES[kind]}, got {value!r}")
+    if kind is int and isinstance(value, int):
+        return value
+    if kind is float and isinstance(value, int | float):
+        return float(value)
+    if kind is str and isinstance(value, str | int):
+        return str(value)
+    raise UserError(f"{what} must be {_NAMES[kind]}, got {value!r}")
+
+
+_NAMES = {int: "a whole number", float: "a number", str: "a string"}
+
+
+def _unwrap(annotation: Any) -> tuple[bool, Any]:
+    """(None allowed, the other type): int | None -> (True, int)."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        others = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return len(others) < len(typing.get_args(annotation)), others[0]
+    return False, annotation

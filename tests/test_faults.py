@@ -1,0 +1,322 @@
+"""Faults as they happen: a preparation killed with SIGKILL (the builder alone, or its whole process
+group) at seeded random moments of each phase, then a real restart that must finish within a bound
+and leave the same cache that a preparation without faults builds."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import write_corpus
+
+ROOT = Path(__file__).resolve().parents[1]
+RESTART_SECONDS = 60  # a restart that takes longer than this has hung
+# Large enough that each phase lasts a good fraction of a second on a busy 2-core machine.
+SIZES = {"train": 200_000, "val": 20_000, "test": 20_000}
+
+
+def _prepare_args(corpus: Path, cache: Path) -> list[str]:
+    return [
+        sys.executable, str(ROOT / "scripts" / "prepare.py"), "--data-dir", str(corpus),
+        "--cache-dir", str(cache), "--vocab-size", "100", "--spm-sample", "100000",
+        "--prepare-workers", "2",
+    ]  # fmt: skip
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "HF_DATASETS_OFFLINE": "1"}
+
+
+def _contents(cache: Path) -> dict[str, bytes]:
+    """Every file of a cache by relative path; timings in meta.json left out, temporaries kept (so a
+    leftover one shows up as a difference)."""
+    files = {}
+    for path in sorted(cache.rglob("*")):
+        if path.is_file() and not path.name.endswith(".lock"):
+            data = path.read_bytes()
+            if path.name == "meta.json":
+                data = data.split(b', "seconds"')[0]
+            files[str(path.relative_to(cache))] = data
+    return files
+
+
+@pytest.fixture(scope="module")
+def corpus_and_clean_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    root = tmp_path_factory.mktemp("faults")
+    corpus = write_corpus(root / "corpus", SIZES, seed=7)
+    run = subprocess.run(
+        _prepare_args(corpus, root / "clean"), env=_env(), capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    return corpus, _contents(root / "clean")
+
+
+def _wait_for(what: str, started: subprocess.Popen, log: Path, cache: Path) -> None:
+    """Return once the preparation has reached phase `what`."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert started.poll() is None, f"finished before {what}: {log.read_text()}"
+        if what == "tokenizer" and "training sentencepiece" in log.read_text():
+            return
+        if what == "encoding" and any((cache / "encoded").glob(".*-train-*")):
+            return
+        if what == "renames" and "encoded train:" in log.read_text():
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"never reached {what}")
+
+
+def _group_gone(pgid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+KILLS = [
+    (phase, whom) for phase in ("tokenizer", "encoding", "renames") for whom in ("parent", "group")
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("phase", "whom"), KILLS)
+def test_a_killed_preparation_restarts_to_the_cache_of_a_clean_build(
+    corpus_and_clean_cache: tuple[Path, dict], tmp_path: Path, phase: str, whom: str
+) -> None:
+    corpus, clean = corpus_and_clean_cache
+    cache, log = tmp_path / "cache", tmp_path / "killed.log"
+    rng = random.Random(f"{phase}-{whom}")  # seeded: the same moments on every run
+    window = {"tokenizer": 0.4, "encoding": 0.6, "renames": 0.15}[phase]
+    with open(log, "w") as stderr:
+        run = subprocess.Popen(
+            _prepare_args(corpus, cache), env=_env(), stdout=subprocess.DEVNULL, stderr=stderr,
+            start_new_session=True,  # its own process group: the workers join it
+        )  # fmt: skip
+        try:
+            _wait_for(phase, run, log, cache)
+            time.sleep(rng.uniform(0, window))
+            if whom == "group":
+                os.killpg(run.pid, signal.SIGKILL)  # what a scheduler's preemption does
+            else:
+                run.send_signal(signal.SIGKILL)  # what the OOM killer does: the builder alone
+            assert run.wait(10) == -signal.SIGKILL, "finished before it could be killed"
+        finally:
+            if run.poll() is None:
+                os.killpg(run.pid, signal.SIGKILL)
+    # The encoding workers die with the builder: nothing of the killed run keeps running.
+    assert _group_gone(run.pid, 10), "a process of the killed preparation is still alive"
+
+    start = time.monotonic()
+    restart = subprocess.run(
+        _prepare_args(corpus, cache), env=_env(), capture_output=True, text=True,
+        timeout=RESTART_SECONDS,  # a hang fails here
+    )  # fmt: skip
+    assert restart.returncode == 0, restart.stderr
+    assert "waiting for" not in restart.stderr  # nothing of the killed run held the lock
+    assert time.monotonic() - start < RESTART_SECONDS
+    assert _contents(cache) == clean  # complete, identical, and no temporary left behind
+
+
+@pytest.mark.slow
+def test_a_waiting_process_names_the_builder_it_waits_for(
+    corpus_and_clean_cache: tuple[Path, dict], tmp_path: Path
+) -> None:
+    corpus, clean = corpus_and_clean_cache
+    cache, log = tmp_path / "cache", tmp_path / "first.log"
+    with open(log, "w") as stderr:
+        first = subprocess.Popen(
+            _prepare_args(corpus, cache), env=_env(), stdout=subprocess.DEVNULL, stderr=stderr
+        )
+        try:
+            _wait_for("tokenizer", first, log, cache)
+            second = subprocess.run(
+                _prepare_args(corpus, cache), env=_env(), capture_output=True, text=True,
+                timeout=RESTART_SECONDS,
+            )  # fmt: skip
+            assert first.wait(RESTART_SECONDS) == 0
+        finally:
+            if first.poll() is None:
+                first.kill()
+    assert second.returncode == 0, second.stderr
+    assert f"waiting for pid {first.pid} on " in second.stderr
+    assert "already prepared" in second.stdout  # it read what the first one built
+    assert _contents(cache) == clean
+
+
+NO_LOCK = """
+import contextlib, sys
+import seq2seq.prepare as prepare
+prepare.exclusive = lambda *args: contextlib.nullcontext()  # a lock that does not reach the other
+sys.argv = sys.argv[1:]
+exec(open(sys.argv[0]).read())
+"""
+
+
+@pytest.mark.slow
+def test_two_builders_the_lock_does_not_reach_end_with_one_cache(
+    corpus_and_clean_cache: tuple[Path, dict], tmp_path: Path
+) -> None:
+    # Two machines on a filesystem whose locks are local to each (NFS `nolock`, Lustre `localflock`):
+    # both build at once. Neither may delete the other's work; both finish on one complete cache.
+    corpus, clean = corpus_and_clean_cache
+    cache = tmp_path / "cache"
+    args = ["-c", NO_LOCK, *_prepare_args(corpus, cache)[1:]]
+    runs = [
+        subprocess.Popen([sys.executable, *args], env=_env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]  # fmt: skip
+    results = [(run.wait(RESTART_SECONDS), *run.communicate()) for run in runs]
+    assert [code for code, _, _ in results] == [0, 0], results
+    assert _contents(cache) == clean
+
+
+def test_only_the_temporaries_of_dead_owners_are_removed(tmp_path: Path) -> None:
+    from seq2seq.cachelock import Owner, _start_ticks, remove_orphans, temporary_name
+
+    target = tmp_path / "split-f1"
+    me = Owner.me()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    names = {
+        "mine": temporary_name(target),
+        "dead": target.with_name(f".{target.name}.{Owner(me.host, dead.pid, 1).tag}.tmp"),
+        "reused pid": target.with_name(f".{target.name}.{Owner(me.host, me.pid, 1).tag}.tmp"),
+        "live": target.with_name(f".{target.name}.{Owner(me.host, 1, _start_ticks(1)).tag}.tmp"),
+        "other host": target.with_name(f".{target.name}.{Owner('node-b', me.pid, 5).tag}.tmp"),
+        "old version": target.with_name(f".{target.name}.k2j3h4"),
+    }
+    for path in names.values():
+        path.mkdir()
+    (names["dead"] / "shard-00000.arrow").write_bytes(b"half")
+    said: list[str] = []
+    remove_orphans(target, said.append)
+    left = {name for name, path in names.items() if path.exists()}
+    assert left == {"mine", "live", "other host"} and len(said) == 3
+
+
+TRAIN = ROOT / "scripts" / "train.py"
+
+
+@pytest.mark.slow
+def test_training_killed_while_writing_a_checkpoint_resumes_to_its_last_step(
+    tiny_corpus: Path, tmp_path: Path
+) -> None:
+    from seq2seq.checkpoint import TEMP_SUFFIX
+    from tests.conftest import tiny_train_args
+
+    # A wider model than the tiny one, so that a checkpoint takes a while to write and fsync.
+    args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--hidden-size", "256",
+                           "--emb-size", "128", "--val-every", "3", "--max-epochs", "1000")  # fmt: skip
+    ckpts = tmp_path / "runs" / "rnn-additive" / "version_0" / "checkpoints"
+    run = subprocess.Popen([sys.executable, str(TRAIN), *args, "--max-steps", "400"], cwd=tmp_path,
+                           env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and run.poll() is None:
+            # A run killed in its very first write has nothing to resume: wait for one whole one.
+            whole = (ckpts / "last.ckpt").exists()
+            if whole and list(ckpts.glob(f".*.ckpt.*{TEMP_SUFFIX}")):
+                run.send_signal(signal.SIGKILL)  # mid-write: the temporary is still there
+                break
+            time.sleep(0.001)
+        assert run.wait(10) == -signal.SIGKILL, "finished before it could be killed"
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert list(ckpts.glob(f".*.ckpt.*{TEMP_SUFFIX}")), "the kill came after the write"
+    resumed = subprocess.run(
+        [sys.executable, str(TRAIN), *args, "--max-steps", "15", "--resume"], cwd=tmp_path,
+        env=_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert torch.load(ckpts / "last.ckpt", weights_only=False)["global_step"] == 15
+    assert not list(ckpts.glob(f".*{TEMP_SUFFIX}"))  # the torn write is gone
+
+
+def _descendants(root: int) -> dict[int, bytes]:
+    """Command lines of the processes below `root`, found through /proc's parent links (torchrun
+    starts its workers in sessions of their own, so the process group does not find them)."""
+    parents, commands = {}, {}
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit():
+                stat = (proc / "stat").read_text()
+                parents[int(proc.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+                commands[int(proc.name)] = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+    found, frontier = {}, [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent and pid not in found:
+                found[pid] = commands.get(pid, b"")
+                frontier.append(pid)
+    return found
+
+
+def _alive(pids: list[int], seconds: float) -> list[int]:
+    """Those of `pids` still running after up to `seconds` (zombies count as gone)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = []
+        for pid in pids:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state != "Z":
+                left.append(pid)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc (Linux)")
+def test_torchrun_with_one_rank_killed_ends_and_resumes_to_its_last_step(
+    tiny_corpus: Path, tmp_path: Path
+) -> None:
+    from tests.test_ddp import ddp_flags, free_port
+
+    flags = ddp_flags(tiny_corpus, tmp_path, "--val-every", "5", "--devices", "2")
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+               "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(TRAIN),
+               *flags]  # fmt: skip
+    env = {**_env(), "OMP_NUM_THREADS": "1"}
+    ckpts = tmp_path / "runs" / "rnn-additive" / "version_0" / "checkpoints"
+    run = subprocess.Popen([*command, "--max-steps", "2000"], cwd=tmp_path, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (ckpts / "last.ckpt").exists() and time.monotonic() < deadline:
+            assert run.poll() is None, "torchrun ended before its first checkpoint"
+            time.sleep(0.05)
+        job = _descendants(run.pid)
+        ranks = [pid for pid, env in job.items() if b"LOCAL_RANK=" in env]
+        victim = next(pid for pid, env in job.items() if b"\0LOCAL_RANK=1\0" in b"\0" + env)
+        assert len(ranks) >= 2
+        os.kill(victim, signal.SIGKILL)  # one rank of two: an OOM kill on one node
+        assert run.wait(90) != 0  # torchrun sees the failure and stops the other rank
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    assert not _alive(list(job), 30), "a process of the killed job is still alive"
+    resumed = subprocess.run([*command, "--max-steps", "40", "--resume"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert torch.load(ckpts / "last.ckpt", weights_only=False)["global_step"] == 40
