@@ -133,6 +133,8 @@ def train(cfg: TrainConfig) -> int:
         val_beam=cfg.val_beam,
         corpus={"dataset": cfg.dataset, "data_dir": cfg.data_dir, "src": cfg.src, "tgt": cfg.tgt},
         compile=cfg.compile,
+        guided_alignment_weight=cfg.guided_alignment_weight if cfg.guided_alignment else 0.0,
+        guided_alignment_cost=cfg.guided_alignment_cost,
     )
     if checkpoint is not None:
         check_fits(system, dm.tokenizer.to_bytes(), checkpoint, ckpt_path)

@@ -185,8 +185,9 @@ def plot(folder: str, number: int, result: "Translation") -> None:  # noqa: F821
     from seq2seq.plotting import alignment_figure, save_figure
 
     figure = alignment_figure(
-        result.attention, result.src_tokens, result.tgt_tokens, title=f"line {number}"
-    )
+        result.attention, result.src_tokens, result.tgt_tokens, f"line {number}",
+        result.alignment_head,
+    )  # fmt: skip
     try:
         save_figure(figure, Path(folder) / f"{number:06d}.png")
     except OSError as err:

@@ -14,6 +14,10 @@ of a row's mass on EOS (fairseq #4446 reports > 0.6 in almost every row), so row
 matrix sum to less than 1 unless `renormalize=True`. EOS is dropped *before* the argmax in
 `hard_links`, so a target word that attends mostly to EOS still links to its best real word.
 
+Two directions of a statistical aligner become one set of links with `symmetrize`: their
+intersection, or grow-diag-final-and (Koehn et al. 2005; fast_align's `atools -c
+grow-diag-final-and`).
+
 AER (Och & Ney 2003), with A the hypothesis links, S the sure and P the possible gold links
 (S ⊆ P), counted over the whole corpus:
     precision = |A∩P| / |A|,  recall = |A∩S| / |S|,  AER = 1 - (|A∩S| + |A∩P|) / (|A| + |S|).
@@ -22,6 +26,7 @@ AER (Och & Ney 2003), with A the hypothesis links, S the sure and P the possible
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +41,9 @@ from seq2seq.errors import UserError
 Link = tuple[int, int]  # (source word, target word), both 0-based
 NOT_A_WORD = -1
 _LINK = re.compile(r"([0-9]+)([-p])([0-9]+)")
+_WORD = re.compile(r"\S+")
+# The eight neighbours of a link (source step, target step): sides first, then diagonals.
+NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))
 
 
 def word_spans_in_text(text: str, spans: Sequence[tuple[int, int]]) -> list[int]:
@@ -51,14 +59,20 @@ def word_spans_in_text(text: str, spans: Sequence[tuple[int, int]]) -> list[int]
         text: the raw sentence the pieces were encoded from (or decoded to).
         spans: per piece, its (start, end) characters in `text` (`Tokenizer.encode_with_spans`).
     """
-    word_at, word = [], NOT_A_WORD
-    for i, char in enumerate(text):
-        if not char.isspace() and (i == 0 or text[i - 1].isspace()):
-            word += 1
-        word_at.append(NOT_A_WORD if char.isspace() else word)
+    # Where each word starts and ends; `\S` is `not str.isspace()` (CPython: one definition).
+    bounds = [(m.start(), m.end()) for m in _WORD.finditer(text)]
+    starts = [start for start, _ in bounds]
     words, waiting, last = [], [], NOT_A_WORD
     for start, end in spans:
-        hit = next((w for w in word_at[start:end] if w != NOT_A_WORD), NOT_A_WORD)
+        k = bisect_right(starts, start) - 1  # the last word starting at or before the piece
+        if start >= end:  # covers no character
+            hit = NOT_A_WORD
+        elif k >= 0 and start < bounds[k][1]:  # its first character is inside word k
+            hit = k
+        elif k + 1 < len(starts) and starts[k + 1] < end:  # else its first visible one
+            hit = k + 1
+        else:
+            hit = NOT_A_WORD
         words.append(hit)
         if hit == NOT_A_WORD:
             waiting.append(len(words) - 1)
@@ -156,6 +170,55 @@ def hard_links(
     src2tgt = {(s, int(t)) for s, t in enumerate(tgt_of_src.tolist()) if best[s] > 0}
     chosen = {"tgt2src": tgt2src, "src2tgt": src2tgt, "intersect": tgt2src & src2tgt}[direction]
     return sorted(chosen)
+
+
+def symmetrize(
+    fwd: Iterable[Link],
+    rev: Iterable[Link],
+    method: Literal["intersect", "grow-diag-final-and"] = "grow-diag-final-and",
+) -> list[Link]:
+    """One set of (source word, target word) links from an aligner's two directions, sorted.
+
+    `intersect` keeps the links both directions found: precise, sparse. `grow-diag-final-and`
+    (Koehn et al. 2005, as fast_align's atools) starts from the intersection and adds links of
+    the union: first, repeatedly, each union link that neighbours a chosen link (sideways or
+    diagonally) and has a word not yet aligned on either side (grow-diag); then each remaining link
+    of the forward, then of the reverse direction whose two words are both still unaligned
+    (final-and). Links are visited in sorted order, so the result does not depend on input order.
+
+    Args:
+        fwd, rev: the two directions' links, both written (source word, target word).
+        method: "intersect" or "grow-diag-final-and".
+    """
+    if method not in ("intersect", "grow-diag-final-and"):
+        raise ValueError(f"method must be intersect or grow-diag-final-and, got {method!r}")
+    fwd, rev = set(fwd), set(rev)
+    links = fwd & rev
+    if method == "intersect":
+        return sorted(links)
+    union = fwd | rev
+    src_done, tgt_done = {s for s, _ in links}, {t for _, t in links}
+
+    def add(link: Link) -> None:
+        links.add(link)
+        src_done.add(link[0])
+        tgt_done.add(link[1])
+
+    grown = True
+    while grown:  # grow-diag: until a pass adds nothing
+        grown = False
+        for s, t in sorted(links):
+            for ds, dt in NEIGHBOURS:
+                new = (s + ds, t + dt)
+                free = new[0] not in src_done or new[1] not in tgt_done
+                if new in union and new not in links and free:
+                    add(new)
+                    grown = True
+    for side in (fwd, rev):  # final-and: both words still unaligned
+        for s, t in sorted(side - links):
+            if s not in src_done and t not in tgt_done:
+                add((s, t))
+    return sorted(links)
 
 
 def format_pharaoh(links: Iterable[Link]) -> str:

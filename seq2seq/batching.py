@@ -3,6 +3,8 @@
 A batch is a `dict[str, Tensor]`: `src` (B, S) ids + EOS; `src_lens` (B,); `src_mask` (B, S), True =
 real token; `tgt_in` (B, T) BOS + ids; `tgt_out` (B, T) ids + EOS; `tgt_mask` (B, T); `index` (B,), the
 row of each pair in its split. Padding is PAD = 0 everywhere. Source-only batches lack the `tgt_*` keys.
+Items with word-alignment links (a guided run's training split) add `align_ref` (B, T, S): 1 where
+target piece t is linked to source piece s (seq2seq.guided); the EOS row and column stay 0.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from torch import Tensor
 from torch.utils.data import Sampler
 
 from seq2seq.errors import UserError
+from seq2seq.guided import dense_reference
 from seq2seq.tokenizer import BOS, EOS, PAD
 
 
@@ -175,4 +178,9 @@ def collate(items: list[dict[str, Any]]) -> dict[str, Tensor]:
         batch["tgt_mask"] = mask[:, 1:]  # (B, T)
         batch["tgt_in"] = tgt[:, :-1].masked_fill(~batch["tgt_mask"], PAD)  # (B, T); no EOS
         batch["tgt_out"] = tgt[:, 1:]  # (B, T)
+    if "links" in items[0]:  # a guided run's training pairs
+        T = batch["tgt_out"].size(1)
+        batch["align_ref"] = dense_reference(
+            [x["links"] for x in items], T, src.size(1)
+        )  # (B, T, S)
     return batch

@@ -134,6 +134,7 @@ class AttentionHeatmaps(L.Callback):
         self.every_n_steps, self.sentences = every_n_steps, sentences
         self.probes: dict[str, Tensor] | None = None  # the K sentences as one CPU batch
         self.tokenizer: Tokenizer | None = None
+        self.head: int | None = None  # the head the model's alignments read (None: the mean)
         # Per (probe, kind): the target ids of its last figure and the figure, redrawn when they match.
         self._plots: dict[tuple[int, str], tuple[list[int], AlignmentPlot]] = {}
         self._last_step = -1
@@ -198,6 +199,7 @@ class AttentionHeatmaps(L.Callback):
         try:
             with torch.random.fork_rng(devices=[]), torch.no_grad():
                 matrices = probe_alignments(cpu_copy(model), self.probes, greedy)
+            self.head = model.alignment_head  # the last panel: the head alignments read
         finally:
             torch.set_num_threads(threads)
         title, suffix = ("greedy hypothesis", "/greedy") if greedy else ("teacher-forced", "")
@@ -215,7 +217,7 @@ class AttentionHeatmaps(L.Callback):
         else:
             src_ids = self.probes["src"][i, : int(self.probes["src_lens"][i])].tolist()
             src, tgt = self.tokenizer.pieces(src_ids), self.tokenizer.pieces(tgt_ids)
-            self._plots[key] = (tgt_ids, AlignmentPlot(weights, src, tgt, title))
+            self._plots[key] = (tgt_ids, AlignmentPlot(weights, src, tgt, title, self.head))
         return self._plots[key][1].render()
 
 

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import torch
 
 from seq2seq.errors import UserError
+from seq2seq.guided import check_guided
 from seq2seq.search import SearchConfig
 from seq2seq.transformer import POSITIONS
 from seq2seq.yaml_config import read_yaml
@@ -48,6 +49,15 @@ class TrainConfig:
     dropout: float = _opt(0.3, "dropout on embeddings, between layers and on output features")
     tie_embeddings: bool = _opt(
         True, "share source, target and output embeddings (joint vocabulary)"
+    )
+    alignment_layer: int = _opt(
+        -1,
+        "decoder layer whose cross-attention alignments and guidance use (-1: last) (transformer)",
+    )
+    alignment_heads: int = _opt(
+        -1,
+        "head of that layer that alignments and guidance use (-1: the mean of all heads) "
+        "(transformer)",
     )
     # data
     dataset: str = _opt(
@@ -81,6 +91,19 @@ class TrainConfig:
     min_lr_ratio: float = _opt(0.1, "the learning rate never falls below lr * this ratio")
     label_smoothing: float = _opt(0.1, "label smoothing of the cross-entropy")
     clip_norm: float = _opt(1.0, "gradient-norm clipping (0: off)")
+    guided_alignment: str | None = _opt(
+        None,
+        "train attention to follow word alignments: a Pharaoh file (i-j, source word i, "
+        "target word j; whitespace words from 0), one line per training pair",
+    )
+    guided_alignment_weight: float = _opt(
+        0.1,
+        "weight of the guided-alignment loss, per real target token like the translation "
+        "loss (Marian's default; OpenNMT-py and fairseq use 0.05 for one Transformer head)",
+    )
+    guided_alignment_cost: Literal["ce", "mse"] = _opt(
+        "ce", "guided-alignment loss: cross-entropy or squared error against the links"
+    )
     max_epochs: int | None = _opt(
         None,
         f"stop after this many epochs (default: {DEFAULT_EPOCHS['rnn']} for rnn, "
@@ -197,6 +220,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         )
     if cfg.src == cfg.tgt:
         raise UserError(f"--src and --tgt are both {cfg.src!r}")
+    check_guided(cfg)  # seq2seq.guided: its flags, and the Transformer's alignment head
     return cfg
 
 

@@ -53,11 +53,14 @@ _SHARD = re.compile(r"-\d+-of-\d+$")  # hub shard suffix: train-00000-of-00004.p
 
 @dataclass
 class Pairs:
-    """Line-aligned raw sentences of a split or chunk; `empty` counts pairs dropped as blank."""
+    """Line-aligned raw sentences of a split or chunk; `empty` counts pairs dropped as blank;
+    `kept`: in a chunk of `stream_pairs`, the row of each pair among the chunk's len + empty rows
+    (what lines up a file of one line per row, such as word alignments, with the pairs)."""
 
     src: list[str]
     tgt: list[str]
     empty: int = 0
+    kept: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.src)
@@ -198,7 +201,7 @@ def _clean(raw: Iterator[tuple[list, list]], limit: int | None) -> Iterator[Pair
         keep = [i for i, (s, t) in enumerate(zip(src, tgt, strict=True)) if s and t][:left]
         rows = keep[-1] + 1 if len(keep) == left else len(src)  # the limit may end the chunk early
         if rows:
-            yield Pairs([src[i] for i in keep], [tgt[i] for i in keep], rows - len(keep))
+            yield Pairs([src[i] for i in keep], [tgt[i] for i in keep], rows - len(keep), keep)
         left -= len(keep)
         if left == 0:
             return

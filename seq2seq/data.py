@@ -30,7 +30,8 @@ ORDER_FLAGS = ("seed", "batch_tokens", "accumulate_grad_batches", "max_len")
 
 
 class SplitRows(Dataset):
-    """Rows of a prepared split read with `os.pread`: {"src_ids", "tgt_ids", "index"} per row.
+    """Rows of a prepared split read with `os.pread`: {"src_ids", "tgt_ids", "index"} per row, and
+    "links" (seq2seq.guided) when the split has them.
 
     A memory-mapped table would serve them too, but each page fault maps 64 KB around the row, so
     the resident set of a training run would grow towards the size of the cache; read this way it
@@ -47,16 +48,20 @@ class SplitRows(Dataset):
         shards = json.loads((path / "meta.json").read_text())["shards"]
         self.files, self._fds = [str(path / name) for name in shards], {}
         firsts, where = [0], []  # first row of each record batch; its shard and buffer offsets
+        self.columns = list(self.COLUMNS)
         for shard, file in enumerate(self.files):
             whole = pa.memory_map(file).read_buffer()  # zero-copy: address - base = file offset
+            if shard == 0 and "links" in pa.ipc.open_stream(whole).schema.names:
+                self.columns += [("links", 1), ("links", 3)]  # offsets, values (uint16)
             for batch in filter(len, pa.ipc.open_stream(whole)):  # (a chunk of blank pairs: none)
-                buffers = [batch.column(c).buffers()[i] for c, i in self.COLUMNS]
-                where.append([shard, *(b.address - whole.address for b in buffers)])
+                buffers = [batch.column(c).buffers()[i] for c, i in self.columns]
+                # (a list column whose lists are all empty may have no values buffer: never read)
+                where.append([shard, *(b.address - whole.address if b else 0 for b in buffers)])
                 firsts.append(firsts[-1] + batch.num_rows)
                 value_type = batch.schema.field("src_ids").type.value_type
         self.dtype = np.dtype(value_type.to_pandas_dtype()) if where else np.dtype(np.uint16)
         self.firsts = np.array(firsts)  # (batches + 1,)
-        self.where = np.array(where, np.int64).reshape(-1, 1 + len(self.COLUMNS))  # (batches, 7)
+        self.where = np.array(where, np.int64).reshape(-1, 1 + len(self.columns))  # (batches, 7|9)
 
     def __len__(self) -> int:
         return int(self.firsts[-1])
@@ -74,14 +79,16 @@ class SplitRows(Dataset):
 
     def __getitems__(self, rows: list[int]) -> list[dict[str, Any]]:
         batches = np.searchsorted(self.firsts, rows, side="right") - 1  # (B,)
-        items, size = [], self.dtype.itemsize
+        items = []
         for row, b in zip(rows, batches.tolist(), strict=True):
-            shard, _, _, *at = self.where[b].tolist()  # offsets, values of src; then of tgt
+            shard, _, _, *at = self.where[b].tolist()  # offsets, values of src; of tgt; of links
             fd, local, item = self._fd(shard), row - int(self.firsts[b]), {"index": row}
-            for side, offsets, values in (("src_ids", *at[:2]), ("tgt_ids", *at[2:])):
+            lists = [("src_ids", *at[:2], self.dtype), ("tgt_ids", *at[2:4], self.dtype)]
+            lists += [("links", *at[4:], np.dtype(np.uint16))] if at[4:] else []
+            for side, offsets, values, dtype in lists:
                 start, end = np.frombuffer(os.pread(fd, 8, offsets + 4 * local), np.int32).tolist()
-                raw = os.pread(fd, (end - start) * size, values + start * size)
-                item[side] = np.frombuffer(raw, self.dtype).tolist()
+                raw = os.pread(fd, (end - start) * dtype.itemsize, values + start * dtype.itemsize)
+                item[side] = np.frombuffer(raw, dtype).tolist()
             items.append(item)
         return items
 

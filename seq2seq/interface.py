@@ -40,6 +40,13 @@ class Seq2Seq(nn.Module):
     generator: nn.Module
     model_args: dict
     max_len: int | None = None  # the longest sequence the model reads (None: no limit)
+    alignment_head: int | None = None  # multi-head models: the head alignments read (None: mean)
+
+    def alignment_view(self, weights: Tensor) -> Tensor:
+        """The attention that word alignments, heatmaps' summary panel and guided alignment read:
+        (…, N, S) -> (…, S) for multi-head weights, the mean of the heads or `alignment_head`;
+        single-head weights (…, S) are returned as they are."""
+        return weights
 
     def encode(self, src: Tensor, src_lens: Tensor, src_mask: Tensor) -> State:
         """Args: src (B, S) ids; src_lens (B,); src_mask (B, S) bool. Returns the initial decoder state."""

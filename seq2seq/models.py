@@ -17,6 +17,9 @@ MODEL_KEYS = {
     "transformer": ("d_model", "heads", "layers", "ff_size", "dropout", "post_ln",
                     "tie_embeddings"),
 }  # fmt: skip
+# Which attention alignments read (and guided alignment trains): kept apart from MODEL_KEYS, which
+# a seq2seq 0.1 checkpoint's config must hold in full (seq2seq.checkpoint); older ones lack these.
+ALIGNMENT_KEYS = {"rnn": (), "transformer": ("alignment_layer", "alignment_heads")}
 MODELS = {"rnn": RNNSeq2Seq, "transformer": TransformerSeq2Seq}
 
 
@@ -25,7 +28,8 @@ def model_args_from(config: Any, vocab_size: int) -> dict[str, Any]:
     object with those attributes), for a joint vocabulary of `vocab_size` pieces."""
     if config.model not in MODEL_KEYS:
         raise ValueError(f"unknown model {config.model!r}; choose one of {', '.join(MODEL_KEYS)}")
-    sizes = {key: getattr(config, key) for key in MODEL_KEYS[config.model]}
+    keys = MODEL_KEYS[config.model] + ALIGNMENT_KEYS[config.model]
+    sizes = {key: getattr(config, key) for key in keys}
     return {"model": config.model, "vocab_size": vocab_size, **sizes}
 
 

@@ -1,4 +1,5 @@
-"""Attention heatmaps: source subwords on x, target subwords on y, one panel per head plus their mean.
+"""Attention heatmaps: source subwords on x, target subwords on y, one panel per head plus their mean
+(or, for a model whose alignments read one head, that head again as the last panel).
 
 Figures are built on matplotlib's object API with an Agg canvas, never through `pyplot`: no global
 figure registry to leak into, no GUI backend, and the caller's backend choice stays untouched.
@@ -21,12 +22,14 @@ BAR = 0.7  # inches for the colour bar and its labels
 DPI = 100
 
 
-def panels(weights: Tensor | np.ndarray) -> np.ndarray:
-    """(T, S) -> (1, T, S); (T, N, S) -> (N + 1, T, S): each head, then their mean."""
+def panels(weights: Tensor | np.ndarray, head: int | None = None) -> np.ndarray:
+    """(T, S) -> (1, T, S); (T, N, S) -> (N + 1, T, S): each head, then their mean, or with `head`
+    that head (the one a model's alignments read, `Seq2Seq.alignment_head`)."""
     maps = np.asarray(weights.detach().float().cpu() if isinstance(weights, Tensor) else weights)
     if maps.ndim == 2:
         return maps[None]  # (1, T, S)
-    return np.concatenate([maps.transpose(1, 0, 2), maps.mean(1)[None]])  # (N + 1, T, S)
+    last = maps.mean(1) if head is None else maps[:, head]  # (T, S)
+    return np.concatenate([maps.transpose(1, 0, 2), last[None]])  # (N + 1, T, S)
 
 
 class AlignmentPlot:
@@ -42,6 +45,7 @@ class AlignmentPlot:
         src_tokens: S source subwords (x axis).
         tgt_tokens: T target subwords (y axis): row t is the attention used to predict tgt_tokens[t].
         title: put above the panels.
+        head: the head the model's alignments read (None: the mean); the last panel shows it.
     """
 
     def __init__(
@@ -50,8 +54,10 @@ class AlignmentPlot:
         src_tokens: list[str],
         tgt_tokens: list[str],
         title: str | None = None,
+        head: int | None = None,
     ) -> None:
-        maps = panels(weights)  # (P, T, S)
+        self.head = head
+        maps = panels(weights, head)  # (P, T, S)
         P, T, S = maps.shape
         if (T, S) != (len(tgt_tokens), len(src_tokens)):
             raise ValueError(
@@ -77,7 +83,8 @@ class AlignmentPlot:
             ax.set_xticks(range(S), src_tokens if p + cols >= P else [], rotation=90, fontsize=8)
             ax.set_yticks(range(T), tgt_tokens if col == 0 else [], fontsize=8)
             if P > 1:
-                ax.set_title("mean" if p == P - 1 else f"head {p}", fontsize=9)
+                last = "mean" if self.head is None else f"aligned: head {self.head}"
+                ax.set_title(last if p == P - 1 else f"head {p}", fontsize=9)
         bar_y = fig_h - head - rows * row_h + bottom
         bar_box = (fig_w - BAR + 0.05, bar_y, 0.15, fig_h - head - top - bar_y)  # inches
         bar = self.figure.add_axes(
@@ -89,7 +96,7 @@ class AlignmentPlot:
 
     def update(self, weights: Tensor | np.ndarray) -> None:
         """Swap in new weights of the same shape, (T, [N,] S)."""
-        maps = panels(weights)  # (P, T, S)
+        maps = panels(weights, self.head)  # (P, T, S)
         if maps.shape != (len(self._images), *self._images[0].get_array().shape):
             raise ValueError(f"weights of shape {tuple(weights.shape)} do not fit this plot")
         for image, matrix in zip(self._images, maps, strict=True):
@@ -116,11 +123,12 @@ def alignment_figure(
     src_tokens: list[str],
     tgt_tokens: list[str],
     title: str | None = None,
+    head: int | None = None,
 ) -> Figure:
     """Heatmap(s) of weights (T, [N,] S) with subword tick labels and a 0..1 colour bar (see
     `AlignmentPlot`). The figure is at least 200 px wide; render it with `figure_to_array` or save it
     with `save_figure`."""
-    return AlignmentPlot(weights, src_tokens, tgt_tokens, title).figure
+    return AlignmentPlot(weights, src_tokens, tgt_tokens, title, head).figure
 
 
 def figure_to_array(fig: Figure) -> np.ndarray:

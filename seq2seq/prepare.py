@@ -6,7 +6,9 @@ of `spm_sample` sentences, and worker processes encode chunks while this one wri
 `<corpus>.lock` file, and `encoded/<corpus>-<split>-...-<tokenizer hash>/` per split: meta.json and
 Arrow IPC stream shards of SHARD_PAIRS rows with columns index (uint32), src_len, tgt_len (uint16,
 saturating), src_ids, tgt_ids (uint16 ids; uint32 over 65,536 pieces) and, in all splits but train,
-the raw text (BLEU, heatmaps, alignments).
+the raw text (BLEU, heatmaps, alignments); with `guided_alignment`, the train split also has `links`
+(list<uint16>, seq2seq.guided) and its folder name the alignment file's key, so a cache built without
+links, or with another file, is never read for it.
 
 Faults (seq2seq.cachelock): one process builds, holding the cache's lock; the others wait, then find
 the cache complete (Lightning's launcher, torchrun, SLURM alike). A split is written into a temporary
@@ -36,6 +38,7 @@ import pyarrow as pa
 from seq2seq.cachelock import exclusive, remove_orphans, temporary_name
 from seq2seq.corpus import CHUNK_PAIRS, CorpusSource, Pairs, resolve_corpus, stream_pairs
 from seq2seq.errors import UserError
+from seq2seq.guided import attach_links, encode_with_links, links_suffix
 from seq2seq.tokenizer import (
     TRAIN_THREADS,
     Tokenizer,
@@ -166,10 +169,12 @@ def _tokenizer(
 
 
 def _split_path(cfg: TrainConfig, source: CorpusSource, split: str, tok: Tokenizer) -> Path:
-    limit = cfg.limit_train_pairs if split == source.find_split("train") else None
+    train = split == source.find_split("train")
+    limit = cfg.limit_train_pairs if train else None
     model = hashlib.sha1(tok.to_bytes()).hexdigest()[:8]
     fingerprint = source.fingerprint(split, (cfg.src, cfg.tgt))
     name = f"{source.name}-{cfg.src}-{cfg.tgt}-{split}-{limit or 'all'}-{fingerprint}-{model}"
+    name += links_suffix(cfg.guided_alignment if train else None)  # "" unless guided
     return Path(cfg.cache_dir) / "encoded" / f"{_safe(name)}-f{FORMAT}"
 
 
@@ -186,11 +191,15 @@ def _encode_split(
     tmp.mkdir()
     train = split == source.find_split("train")  # the other splits keep their raw sentences
     dtype = np.uint16 if tok.vocab_size <= 2**16 else np.uint32
-    schema = _schema(dtype, text=not train)
+    guided = train and cfg.guided_alignment is not None
+    schema = _schema(dtype, text=not train, links=guided)
     limit = cfg.limit_train_pairs if train else None
     try:
         chunks = _progress(stream_pairs(source, split, cfg.src, cfg.tgt, limit, chunk_size), split)
-        chunks = encode_chunks(chunks, tok, workers, dtype)
+        job = encode_with_links if guided else None  # ids and links from the same offsets
+        if guided:  # the alignment file is read alongside, one chunk's lines at a time
+            chunks = attach_links(chunks, cfg.guided_alignment, limit is not None)
+        chunks = encode_chunks(chunks, tok, workers, dtype, job)
         start, cpu, rows, empty, fill = time.perf_counter(), _cpu(), 0, 0, 0
         shards: list[str] = []
         writer = None
@@ -222,10 +231,11 @@ def _next_shard(writer: Any, folder: Path, shards: list[str], schema: pa.Schema)
     return pa.ipc.new_stream(str(folder / shards[-1]), schema)
 
 
-def _schema(dtype: type, text: bool) -> pa.Schema:
+def _schema(dtype: type, text: bool, links: bool = False) -> pa.Schema:
     ids, fields = pa.list_(pa.from_numpy_dtype(dtype)), [("index", pa.uint32())]
     for side in ("src", "tgt"):
         fields += [(f"{side}_len", pa.uint16()), (f"{side}_ids", ids)]
+    fields += [("links", pa.list_(pa.uint16()))] * links
     return pa.schema(fields + [("src", pa.string()), ("tgt", pa.string())] * text)
 
 
@@ -234,11 +244,15 @@ def _record_batch(
 ) -> pa.RecordBatch:
     """One chunk's rows; `first` is the row number (`index`) of its first pair in the split."""
     columns = [pa.array(np.arange(first, first + len(chunk), dtype=np.uint32))]
-    for lens, flat in (ids[:2], ids[2:]):  # source, then target: lengths (B,), ids (sum of lens,)
+    for lens, flat in (ids[:2], ids[2:4]):  # source, then target: lengths (B,), ids (sum of lens,)
         offsets = np.zeros(len(lens) + 1, np.int32)  # (B + 1,)
         np.cumsum(lens, out=offsets[1:])
         columns.append(pa.array(np.minimum(lens, 2**16 - 1).astype(np.uint16)))
         columns.append(pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat)))
+    if "links" in schema.names:  # links per pair (B,), interleaved piece indices (2 x links,)
+        offsets = np.zeros(len(ids[4]) + 1, np.int32)  # (B + 1,)
+        np.cumsum(2 * ids[4], out=offsets[1:])
+        columns.append(pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids[5])))
     if "src" in schema.names:
         columns += [pa.array(chunk.src, pa.string()), pa.array(chunk.tgt, pa.string())]
     return pa.RecordBatch.from_arrays(columns, schema=schema)

@@ -5,7 +5,8 @@ label-smoothed loss (seq2seq.loss) per real target token of each update, however
 split over accumulated batches and ranks (`on_before_optimizer_step`); validation loss,
 perplexity and BLEU from the same search code that evaluation uses; Adam with warm-up and cosine
 or inverse-sqrt decay, gradient clipping, and a checkpoint that carries the model's arguments and
-its tokenizer (seq2seq.checkpoint).
+its tokenizer (seq2seq.checkpoint). Batches with word-alignment links (`align_ref`) add the guided-
+alignment loss (seq2seq.guided), normalised the same way.
 """
 
 import functools
@@ -17,6 +18,7 @@ import torch
 from torch import Tensor
 
 from seq2seq import __version__
+from seq2seq.guided import alignment_loss
 from seq2seq.interface import Seq2Seq
 from seq2seq.loss import batch_loss
 from seq2seq.metrics import attention_entropy, corpus_bleu, perplexity
@@ -51,6 +53,8 @@ class TranslationSystem(L.LightningModule):
         compile: run the GRU decoder's loops compiled (seq2seq.fast.CompiledRNN).
         corpus: what the model trains on (dataset, data_dir, src, tgt), kept in checkpoints so that
             `evaluate.py --split` finds the same corpus.
+        guided_alignment_weight, guided_alignment_cost: the weight and cost ("ce", "mse") of the
+            guided-alignment loss of batches that carry links (seq2seq.guided).
     """
 
     def __init__(
@@ -66,6 +70,8 @@ class TranslationSystem(L.LightningModule):
         val_beam: int = 1,
         corpus: dict[str, Any] | None = None,
         compile: bool = False,
+        guided_alignment_weight: float = 0.0,
+        guided_alignment_cost: Literal["ce", "mse"] = "ce",
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["model", "tokenizer"])
@@ -80,7 +86,8 @@ class TranslationSystem(L.LightningModule):
         self.val_search = SearchConfig(beam=val_beam)
         self._val_outputs: list[tuple[int, str]] = []
         self._val_sums = torch.zeros(3)  # nll sum, token count, entropy sum over batches
-        self._update_sums: Tensor | None = None  # (3,) loss sum, NLL sum, tokens of this update
+        # (4,) loss sum, NLL sum, tokens and guided-alignment loss sum of this update
+        self._update_sums: Tensor | None = None
 
     def forward(self, batch: dict[str, Tensor]) -> list[str]:
         """Inference: translations of a batch (beam `val_beam`), detokenized, in batch order."""
@@ -91,13 +98,22 @@ class TranslationSystem(L.LightningModule):
         return batch_loss(self.fast or self.model, batch, self.hparams.label_smoothing)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        """The batch's loss SUM; `on_before_optimizer_step` divides the update by its tokens."""
-        loss_sum, nll_sum, tokens, _ = self._shared_step(batch)
-        sums = torch.stack([loss_sum.detach(), nll_sum.detach(), tokens.to(loss_sum.dtype)])
+        """The batch's loss SUM (plus weight x the guided-alignment sum when the batch has links);
+        `on_before_optimizer_step` divides the update by its tokens."""
+        loss_sum, nll_sum, tokens, weights = self._shared_step(batch)
+        align_sum = loss_sum.new_zeros(())
+        if "align_ref" in batch:  # the attention guided alignment trains: seq2seq.guided
+            aligned = self.model.alignment_view(weights)  # (B, T, S)
+            align_sum = alignment_loss(
+                aligned, batch["align_ref"], self.hparams.guided_alignment_cost
+            )
+        sums = torch.stack(
+            [loss_sum.detach(), nll_sum.detach(), tokens.to(loss_sum.dtype), align_sum.detach()]
+        )
         # On the device, added up without a host sync; read once per update.
-        self._update_sums = sums if self._update_sums is None else self._update_sums + sums  # (3,)
+        self._update_sums = sums if self._update_sums is None else self._update_sums + sums  # (4,)
         self.log("lr", self.lr_schedulers().get_last_lr()[0])
-        return loss_sum
+        return loss_sum + self.hparams.guided_alignment_weight * align_sum
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Make the gradient d(loss sum)/d(theta) / (real target tokens of the whole update).
@@ -120,7 +136,7 @@ class TranslationSystem(L.LightningModule):
             return
         if self.trainer.world_size > 1:  # asynchronous on an accelerator: no host sync either
             torch.distributed.all_reduce(sums)
-        loss_sum, nll_sum, tokens = sums.unbind()  # tokens >= 1: every target has its EOS
+        loss_sum, nll_sum, tokens, align_sum = sums.unbind()  # tokens >= 1: each target has EOS
         factor = self.trainer.accumulate_grad_batches * self.trainer.world_size / tokens
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         if grads:
@@ -130,6 +146,8 @@ class TranslationSystem(L.LightningModule):
         self.log("train/loss", nll_sum / tokens, prog_bar=True)
         self.log("train/smoothed_loss", loss_sum / tokens)
         self.log("train/ppl", torch.exp((nll_sum / tokens).clamp(max=50)))
+        if self.hparams.guided_alignment_weight > 0:  # per real target token, before the weight
+            self.log("train/align_loss", align_sum / tokens)
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         _, nll_sum, tokens, weights = self._shared_step(batch)

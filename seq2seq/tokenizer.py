@@ -151,6 +151,8 @@ class Tokenizer:
 
 def _char_spans(text: str, pieces: Iterable) -> list[tuple[int, int]]:
     """sentencepiece's UTF-8 byte offsets (`begin`, `end` of each piece) as character offsets."""
+    if text.isascii():  # one byte a character: the offsets are the same
+        return [(p.begin, p.end) for p in pieces]
     char_of_byte, byte = {0: 0}, 0
     for i, char in enumerate(text):
         byte += len(char.encode())
@@ -163,15 +165,21 @@ _worker: Tokenizer | None = None  # the tokenizer of an encoding process, set by
 
 
 def encode_chunks(
-    chunks: Iterator[Texts], tokenizer: Tokenizer, workers: int, dtype: type
+    chunks: Iterator[Texts],
+    tokenizer: Tokenizer,
+    workers: int,
+    dtype: type,
+    job: Callable[[Tokenizer, Texts, type], tuple[np.ndarray, ...]] | None = None,
 ) -> Iterator[tuple[Texts, tuple[np.ndarray, ...]]]:
     """(chunk, (src lengths, src ids, tgt lengths, tgt ids)) in order, see `encode_flat`; with
     `workers` > 1 encoded by that many processes while the caller reads and writes, two chunks a
-    worker in flight at most, so memory stays flat."""
+    worker in flight at most, so memory stays flat. `job(tokenizer, chunk, dtype)`, a module-level
+    function (it runs in the workers), replaces that encoding and may return more arrays."""
+    job = job or _encode_chunk
     first = list(islice(chunks, 2))  # one chunk alone is not worth starting processes for
     chunks = chain(first, chunks)
     if workers <= 1 or len(first) < 2:
-        yield from ((c, _encode_pair(tokenizer, c.src, c.tgt, dtype)) for c in chunks)
+        yield from ((c, job(tokenizer, c, dtype)) for c in chunks)
         return
     # fork: workers start at once and share this process's pages; they use sentencepiece and
     # numpy only (no torch, no threads of the parent's). Elsewhere (macOS) spawn, its safe default.
@@ -182,7 +190,7 @@ def encode_chunks(
     ) as pool:
         pending: deque = deque()
         for chunk in chunks:
-            pending.append((chunk, pool.submit(_encode_pair, None, chunk.src, chunk.tgt, dtype)))
+            pending.append((chunk, pool.submit(_run_job, job, chunk, dtype)))
             if len(pending) >= 2 * workers:
                 done, future = pending.popleft()
                 yield done, future.result()
@@ -197,11 +205,12 @@ def _start_worker(model: bytes, parent: int) -> None:
     _worker = Tokenizer.from_bytes(model)
 
 
-def _encode_pair(
-    tokenizer: Tokenizer | None, src: list[str], tgt: list[str], dtype: type
-) -> tuple[np.ndarray, ...]:
-    tokenizer = tokenizer or _worker  # None in a worker process: its own copy
-    return (*tokenizer.encode_flat(src, dtype), *tokenizer.encode_flat(tgt, dtype))
+def _run_job(job: Callable, chunk: Texts, dtype: type) -> tuple[np.ndarray, ...]:
+    return job(_worker, chunk, dtype)  # in a worker process: its own copy of the tokenizer
+
+
+def _encode_chunk(tokenizer: Tokenizer, chunk: Texts, dtype: type) -> tuple[np.ndarray, ...]:
+    return (*tokenizer.encode_flat(chunk.src, dtype), *tokenizer.encode_flat(chunk.tgt, dtype))
 
 
 def sample_sentences(batches: Iterable[Sequence[str]], size: int, seed: int) -> list[str]:

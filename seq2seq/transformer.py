@@ -14,6 +14,10 @@ and values, projected once in `encode` (`cross_k{i}`, `cross_v{i}`: (B, N, S, D)
 source mask `memory_mask` (B, S) and the next target position `pos` (B,). All are batch-first, so
 `reorder_state` serves beam search.
 
+Alignments (`decode` and `step` weights) are the cross-attention of decoder layer `alignment_layer`
+(default: the last), one map per head; `alignment_view` reduces them to the mean of the heads, or to
+head `alignment_heads` alone: what guided alignment trains, and what alignments and heatmaps read.
+
 Dimension letters (the table in seq2seq.interface): B batch, S source length, T target length,
 H d_model, N heads, D = H / N head size, F feed-forward size, V vocabulary, L layers.
 """
@@ -171,9 +175,18 @@ class TransformerSeq2Seq(Seq2Seq):
         post_ln: bool = False,
         tie_embeddings: bool = True,
         max_len: int = POSITIONS,
+        alignment_layer: int = -1,
+        alignment_heads: int = -1,
     ) -> None:
         super().__init__()
+        if not -layers <= alignment_layer < layers or not -1 <= alignment_heads < heads:
+            raise ValueError(
+                f"alignment layer {alignment_layer} or head {alignment_heads} out of range for "
+                f"{layers} layers of {heads} heads (-1: the last layer; the mean of the heads)"
+            )
         self.d_model, self.heads = d_model, heads
+        self.alignment_layer = alignment_layer % layers  # (B, T, N, S) weights come from here
+        self.alignment_head = None if alignment_heads < 0 else alignment_heads
         sizes = (d_model, heads, ff_size, dropout, attn_dropout, post_ln)
         self.encoder = nn.ModuleList(EncoderLayer(*sizes) for _ in range(layers))
         self.decoder = nn.ModuleList(DecoderLayer(*sizes) for _ in range(layers))
@@ -199,6 +212,12 @@ class TransformerSeq2Seq(Seq2Seq):
             nn.init.zeros_(embedding.weight[0])
         if tie_embeddings:
             self.generator.weight = self.tgt_embedding.weight
+
+    def alignment_view(self, weights: Tensor) -> Tensor:
+        """(…, N, S) -> (…, S): the mean of the heads, or head `alignment_head` alone."""
+        if self.alignment_head is None:
+            return weights.mean(-2)  # (…, S)
+        return weights[..., self.alignment_head, :]  # (…, S)
 
     def embed(self, embedding: nn.Embedding, tokens: Tensor, positions: Tensor) -> Tensor:
         """sqrt(H) emb + PE, then dropout. Args: tokens (B, T); positions (T,) or (B, T). Returns (B, T, H)."""
@@ -239,19 +258,21 @@ class TransformerSeq2Seq(Seq2Seq):
     ) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
         """The decoder stack over embedded targets x (B, T, H); shared by `decode` and `step`.
 
-        Returns features (B, T, H), last-layer cross-attention weights (B, N, T, S) and the grown caches.
+        Returns features (B, T, H), the alignment layer's cross-attention weights (B, N, T, S) and the
+        grown caches.
         """
-        caches = {}
+        caches, weights = {}, None
         for i, layer in enumerate(self.decoder):
             cache = (state[f"self_k{i}"], state[f"self_v{i}"]) if incremental else None
-            x, weights, cache = layer(
+            x, found, cache = layer(
                 x,
                 state[f"cross_k{i}"],
                 state[f"cross_v{i}"],
                 state["memory_mask"],
                 cache,
-                need_weights=i == len(self.decoder) - 1,
+                need_weights=i == self.alignment_layer,
             )
+            weights = found if i == self.alignment_layer else weights
             if incremental:
                 caches[f"self_k{i}"], caches[f"self_v{i}"] = cache
         return self.dec_norm(x), weights, caches
@@ -259,7 +280,7 @@ class TransformerSeq2Seq(Seq2Seq):
     def decode(self, state: State, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
         """Teacher-forced, from the state `encode` returned. Args: tgt_in (B, T).
 
-        Returns features (B, T, H) and the last decoder layer's cross-attention weights (B, T, N, S).
+        Returns features (B, T, H) and the alignment layer's cross-attention weights (B, T, N, S).
         """
         T = tgt_in.size(1)
         self._check_length(T, "a target")

@@ -7,15 +7,17 @@
     [forced] = translator.align(["Ein Hund läuft ."], ["A dog is running ."])
 
 **Attention** (`Translation.attention`): what the search used for each output subword (rows) over
-the source subwords (columns), both ending in `</s>`; under beam search, the chosen hypothesis's own.
-The Transformer gives its last decoder layer's cross-attention, one map per head (T, N, S); all
-word-level values use the mean over heads. **Words** are the whitespace-separated tokens of the raw
-sentence (`text.split()`), numbered from 0 as in Pharaoh files. A subword belongs to the word whose
-characters it covers (sentencepiece's offsets into the raw text: normalisation never shifts a word).
-A source word's columns add up and a target word's rows are averaged (alignment.merge_to_words).
-**EOS is dropped**, not spread: a row of `word_attention` sums to 1 minus the mass its subwords put on
-`</s>` (fairseq #4446), and the `</s>` row aligns nothing. `word_alignment` links each target word to
-its highest-weighted source word (`direction="tgt2src"`; also "src2tgt" and "intersect").
+the source subwords (columns), both ending in `</s>`; under beam search, the chosen hypothesis's
+own. The Transformer gives the cross-attention of its alignment layer (default: the last decoder
+layer), one map per head (T, N, S); all word-level values use the model's `alignment_view` of them:
+the mean over heads, or the one head its guided-alignment training chose (`alignment_heads`).
+**Words** are the whitespace-separated tokens of the raw sentence (`text.split()`), numbered from 0
+as in Pharaoh files. A subword belongs to the word whose characters it covers (sentencepiece's
+offsets into the raw text: normalisation never shifts a word). A source word's columns add up and a
+target word's rows are averaged (alignment.merge_to_words). **EOS is dropped**, not spread: a row of
+`word_attention` sums to 1 minus the mass its subwords put on `</s>` (fairseq #4446), and the `</s>`
+row aligns nothing. `word_alignment` links each target word to its highest-weighted source word
+(`direction="tgt2src"`; also "src2tgt" and "intersect").
 
 **Length.** The Transformer's position table bounds every length (`positions.max_len`): a longer source
 (or `align` target) is cut to fit, with a `TruncatedInput` warning naming the sentence, and no output
@@ -53,8 +55,8 @@ class Translation:
     attention: (len(tgt_tokens), [N,] len(src_tokens)) soft attention, rows = output subwords.
     nbest: the n best hypotheses (best first, this one first) when more than one was asked for.
     src_words, tgt_words: `source.split()` and `text.split()`.
-    word_attention: (len(tgt_words), len(src_words)), heads averaged, EOS dropped (module docstring);
-        None unless alignments were asked for.
+    word_attention: (len(tgt_words), len(src_words)), heads reduced as `alignment_head` says, EOS
+        dropped (module docstring); None unless alignments were asked for.
     word_alignment: (source word, target word) index pairs, sorted; None unless asked for.
     """
 
@@ -68,16 +70,21 @@ class Translation:
     tgt_words: list[str] = field(default_factory=list)
     word_attention: Tensor | None = None
     word_alignment: list[Link] | None = None
+    alignment_head: int | None = None  # the head alignments read (None: the mean of the heads)
 
     def to_dict(self, digits: int | None = None) -> dict[str, Any]:
-        """JSON-ready values: matrices as nested lists (`attention` averaged over heads, rounded to
-        `digits` when given), links as [source, target] pairs, the n-best list as dicts."""
+        """JSON-ready values: matrices as nested lists (`attention` averaged over heads, or the
+        model's `alignment_head`; rounded to `digits` when given), links as [source, target]
+        pairs, the n-best list as dicts."""
 
         def rows(matrix: Tensor) -> list[list[float]]:
             values = matrix.tolist()
             return values if digits is None else [[round(v, digits) for v in r] for r in values]
 
-        mean = self.attention.mean(1) if self.attention.dim() == 3 else self.attention  # (T, S)
+        mean = self.attention  # (T, S), or (T, N, S) reduced to (T, S) here
+        if mean.dim() == 3:
+            head = self.alignment_head
+            mean = mean.mean(1) if head is None else mean[:, head]  # (T, S)
         out = {"text": self.text, "score": self.score, "src_tokens": self.src_tokens}
         out.update(tgt_tokens=self.tgt_tokens, attention=rows(mean))
         out.update(src_words=self.src_words, tgt_words=self.tgt_words)
@@ -110,6 +117,7 @@ def word_alignment(
     Args:
         weights: (T, [N,] S) attention; its last row and column are EOS, the others the subwords
             of `target` and `source`, whose (start, end) characters are `tgt_spans`, `src_spans`.
+            Heads are averaged: pass a model's `alignment_view` to read its chosen head.
         direction: "tgt2src", "src2tgt" or "intersect" (seq2seq.alignment.hard_links).
 
     Returns:
@@ -276,9 +284,12 @@ class Translator:
             attention=weights,
             src_words=src[0].split(),
             tgt_words=text.split(),
+            alignment_head=self.model.alignment_head,
         )
         if direction is not None:
+            # (T, S): the head(s) training chose; a blank sentence's (1, 1) zeros have no heads
+            aligned = self.model.alignment_view(weights) if weights.dim() == 3 else weights
             result.word_attention, result.word_alignment = word_alignment(
-                weights, src[0], src[1][: len(src[2])], text, tgt_spans[: len(ids)], direction
+                aligned, src[0], src[1][: len(src[2])], text, tgt_spans[: len(ids)], direction
             )
         return result

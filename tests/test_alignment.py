@@ -11,6 +11,7 @@ from seq2seq.alignment import (
     hard_links,
     merge_to_words,
     read_pharaoh,
+    symmetrize,
 )
 from seq2seq.errors import UserError
 
@@ -138,3 +139,66 @@ def test_aer_zero_denominators_and_length_mismatch() -> None:
     assert (only_possible.precision, only_possible.aer) == (0.5, 0.5)
     with pytest.raises(UserError, match="2 hypothesis sentences but 1 gold"):
         alignment_error_rate([set(), set()], [(set(), set())])
+
+
+def test_symmetrize_by_hand() -> None:
+    # Five source and five target words; links are (source, target).
+    fwd = {(0, 0), (1, 1), (2, 1), (4, 4)}
+    rev = {(0, 0), (1, 1), (0, 1), (3, 4)}
+    # intersection: {0-0, 1-1}; union adds 2-1, 4-4 (forward only) and 0-1, 3-4 (reverse only).
+    assert symmetrize(fwd, rev, "intersect") == [(0, 0), (1, 1)]
+    # grow-diag, from the intersection:
+    #   0-1 neighbours 0-0 and 1-1, but source 0 and target 1 are both aligned already: not added;
+    #   2-1 neighbours 1-1 (below it) and source 2 is unaligned: added;
+    #   nothing else in the union touches 0-0, 1-1 or 2-1 (4-4 and 3-4 are far off): done.
+    # final-and, forward first: 4-4 has both words unaligned: added. Then reverse: 3-4 has an
+    #   unaligned source word 3 but target 4 is now aligned: "and" needs both free, not added
+    #   (plain "final" would add it).
+    assert symmetrize(fwd, rev) == [(0, 0), (1, 1), (2, 1), (4, 4)]
+    assert symmetrize(rev, fwd) == [(0, 0), (1, 1), (2, 1), (3, 4)]  # reverse first: 3-4 wins
+    # grow-diag takes diagonal neighbours and repeats until nothing changes: a chain from 0-0.
+    chain = {(0, 0), (1, 1), (2, 2), (3, 3)}
+    assert symmetrize({(0, 0)}, chain) == sorted(chain)
+    with pytest.raises(ValueError, match="grow-diag-final-and"):
+        symmetrize(fwd, rev, "union")
+
+
+def _word_spans_by_character(text: str, spans: list[tuple[int, int]]) -> list[int]:
+    """An independent reference for word_spans_in_text: a word index per character, then for each
+    piece the first word among its characters, and the same joining of word-less pieces."""
+    word_at, word = [], -1
+    for i, char in enumerate(text):
+        if not char.isspace() and (i == 0 or text[i - 1].isspace()):
+            word += 1
+        word_at.append(-1 if char.isspace() else word)
+    words = [next((w for w in word_at[s:e] if w != -1), -1) for s, e in spans]
+    for i in range(len(words)):  # a word-less piece joins the next piece's word ...
+        if words[i] == -1:
+            words[i] = next((w for w in words[i + 1 :] if w != -1), -1)
+    for i in range(len(words)):  # ... or, at the end, the previous one
+        if words[i] == -1:
+            words[i] = next((w for w in reversed(words[:i]) if w != -1), -1)
+    return words
+
+
+def test_word_spans_agree_with_a_character_by_character_reference() -> None:
+    import random
+    import re
+
+    from seq2seq.alignment import word_spans_in_text
+
+    chars = [chr(c) for c in range(0x3000 + 1)]  # every space character is below U+3001
+    assert all(bool(re.fullmatch(r"\s", c)) == c.isspace() for c in chars)  # as str.split()
+    spaces = [c for c in chars if c.isspace()]
+    rng = random.Random(0)
+    alphabet = ["a", "b", "ü", "☃", "\u200b", "\x01", *spaces[:6], "\u3000"]
+    for _ in range(2000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        cuts = sorted(rng.sample(range(len(text) + 1), min(len(text) + 1, rng.randint(1, 6))))
+        spans = list(zip(cuts, cuts[1:], strict=False)) + [(len(text), len(text))] * rng.randint(
+            0, 1
+        )
+        assert word_spans_in_text(text, spans) == _word_spans_by_character(text, spans), (
+            text,
+            spans,
+        )

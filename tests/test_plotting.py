@@ -75,3 +75,10 @@ def test_a_redrawn_plot_equals_a_fresh_figure(shape: tuple[int, ...]) -> None:
     np.testing.assert_array_equal(plot.render(), fresh)
     with pytest.raises(ValueError, match="do not fit"):
         plot.update(torch.rand(2, len(SRC)))
+
+
+def test_the_last_panel_is_the_head_alignments_read() -> None:
+    weights = torch.rand(len(TGT), 3, len(SRC)).softmax(-1)  # (T, N, S)
+    panels = heatmaps(alignment_figure(weights, SRC, TGT, title="guided", head=1))
+    assert [ax.get_title() for ax in panels] == ["head 0", "head 1", "head 2", "aligned: head 1"]
+    np.testing.assert_allclose(panels[-1].images[0].get_array(), weights[:, 1].numpy())
