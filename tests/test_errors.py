@@ -274,3 +274,29 @@ def test_translate_refuses_a_gz_input_that_is_not_gzip(
     assert load_script("translate").main([str(tiny_checkpoint), "--input", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"error: --input {path}: not a gzip file (rename it without .gz if it is text)"
+
+
+def test_validation_pairs_over_the_transformers_positions_are_left_out_and_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import seq2seq.data
+    from seq2seq.data import TranslationDataModule
+
+    corpus = write_corpus(tmp_path / "c", SMALL)
+    for lang in ("de", "en"):
+        with (corpus / f"val.{lang}").open("a") as file:
+            file.write(" ".join(["hund"] * 1100) + "\n")  # over 1,023 subwords: no position left
+    said: list[str] = []
+    monkeypatch.setattr(seq2seq.data, "rank_zero_info", said.append)
+    cfg = TrainConfig(
+        model="transformer", data_dir=str(corpus), vocab_size=60, cache_dir=str(tmp_path / "c")
+    )
+    dm = TranslationDataModule(cfg)
+    dm.prepare_data()
+    dm.setup("fit")
+    assert (
+        "dropped: val/too_long 1 (too_long: longer than max_len, 100 subwords; in val and "
+        in said[0]
+    )
+    rows = sorted(i for batch in dm.val_dataloader() for i in batch["index"].tolist())
+    assert rows == list(range(SMALL["val"]))  # the long pair, the last one, is not in any batch

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -177,3 +178,8 @@ def test_training_reads_rows_without_mapping_the_split(
     columns = ("index", "src_ids", "tgt_ids")
     assert rows.__getitems__(some) == [{k: train[i][k] for k in columns} for i in some]
     assert [x.tolist() for x in rows.lengths()] == [train["src_len"][:], train["tgt_len"][:]]
+
+
+def test_cores_fall_back_to_the_cpu_count_without_affinity(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(prep.os, "sched_getaffinity", raising=False)  # as on macOS
+    assert prep._cores() == (os.cpu_count() or 1)

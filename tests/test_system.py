@@ -134,3 +134,30 @@ def test_inverse_sqrt_schedule_peaks_at_warmup_and_falls_as_one_over_sqrt() -> N
     assert factor(399) == pytest.approx(0.5) and factor(1599) == pytest.approx(0.25)
     assert lr_factor(10**6, "inverse_sqrt", 100, 10**6, floor=0.05) == 0.05
     assert math.isclose(factor(0), 0.01)
+
+
+def test_validation_attention_entropy_is_a_mean_per_target_row_whatever_the_batching(
+    tiny_tokenizer,
+) -> None:
+    from seq2seq.system import TranslationSystem
+
+    torch.manual_seed(0)
+    model = RNNSeq2Seq(vocab_size=tiny_tokenizer.vocab_size, emb_size=8, hidden_size=16,
+                       score="additive", dropout=0.0).eval()  # fmt: skip
+    system = TranslationSystem(model, tiny_tokenizer)
+    whole = {**reverse_batch(), "index": torch.arange(6)}
+    parts = [{k: v[rows] for k, v in whole.items()} for rows in (slice(0, 1), slice(1, 6))]
+
+    def entropy_per_row(batches: list[dict]) -> float:
+        system.on_validation_epoch_start()
+        with torch.no_grad():
+            for i, batch in enumerate(batches):
+                system.validation_step(batch, i)
+        _, tokens, entropy_sum = system._val_sums.tolist()
+        return entropy_sum / tokens
+
+    # One sentence, then five, weigh their rows as one batch of six does; a mean of the two batch
+    # means (what was logged before) would weigh the single sentence's rows five times as much.
+    one, five = (entropy_per_row([part]) for part in parts)
+    assert entropy_per_row(parts) == pytest.approx(entropy_per_row([whole]), rel=1e-5)
+    assert entropy_per_row(parts) != pytest.approx((one + five) / 2, rel=1e-3)
