@@ -27,7 +27,8 @@ from itertools import cycle
 import torch
 from torch import Tensor, nn
 
-from seq2seq.config import TrainConfig, cli_message, parse_args, pick_device
+from seq2seq.config import TrainConfig, cli_message, parse_args
+from seq2seq.decoding_flags import pick_device
 from seq2seq.errors import UserError
 from seq2seq.loss import batch_loss
 from seq2seq.models import build_model, model_args_from

@@ -25,7 +25,8 @@ from types import ModuleType
 
 import torch
 
-from seq2seq.config import TrainConfig, cli_message, parse_args, pick_device
+from seq2seq.config import TrainConfig, cli_message, parse_args
+from seq2seq.decoding_flags import pick_device
 from seq2seq.errors import UserError
 
 PRECISIONS = ("32-true", "bf16-mixed")

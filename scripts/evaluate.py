@@ -25,7 +25,8 @@ from typing import Any
 import torch
 from sacrebleu.metrics import BLEU
 
-from seq2seq.config import cli_message, decoding_parser, pick_device, search_config
+from seq2seq.config import cli_message
+from seq2seq.decoding_flags import decoding_parser, pick_device, search_config
 from seq2seq.errors import UserError
 
 

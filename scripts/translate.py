@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from seq2seq.config import cli_message, decoding_parser, pick_device, search_config
+from seq2seq.config import cli_message
+from seq2seq.decoding_flags import decoding_parser, pick_device, search_config
 from seq2seq.errors import UserError
 
 CHUNK = 1000  # lines translated together: big enough for full batches, small enough to stream

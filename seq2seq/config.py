@@ -1,5 +1,6 @@
-"""The command line: the training flags (one dataclass that is also the YAML schema and the run's
-hparams.yaml) and the decoding flags that evaluate.py and translate.py share (from SearchConfig).
+"""The command line of training: the flags (one dataclass that is also the YAML schema and the run's
+hparams.yaml), their checks, and the helpers every flag parser shares (seq2seq.decoding_flags builds
+evaluate.py's and translate.py's on them).
 
 Precedence: dataclass defaults < `--config FILE` (YAML of the same keys) < explicit flags. Dashes and
 underscores are interchangeable in YAML keys; an unknown key is an error. The library below takes plain
@@ -14,11 +15,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import torch
-
 from seq2seq.errors import UserError
 from seq2seq.guided import check_guided
-from seq2seq.search import SearchConfig
 from seq2seq.transformer import POSITIONS
 from seq2seq.yaml_config import read_yaml
 
@@ -182,17 +180,17 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         value = getattr(cfg, f.name)
         if typing.get_origin(kind) is Literal and value not in typing.get_args(kind):
             choices = ", ".join(typing.get_args(kind))
-            raise UserError(f"{_flag(f.name)} must be one of {choices}, got {value!r}")
+            raise UserError(f"{as_flag(f.name)} must be one of {choices}, got {value!r}")
     for name in POSITIVE:
         if getattr(cfg, name) <= 0:
-            raise UserError(f"{_flag(name)} must be positive, got {getattr(cfg, name)}")
+            raise UserError(f"{as_flag(name)} must be positive, got {getattr(cfg, name)}")
     for name in ("limit_train_pairs", "val_every", "attn_size", "prepare_workers"):
         value = getattr(cfg, name)
         if value is not None and value <= 0:
-            raise UserError(f"{_flag(name)} must be positive, got {value}")
+            raise UserError(f"{as_flag(name)} must be positive, got {value}")
     for name in ("warmup_steps", "num_workers", "patience", "heatmap_every"):
         if getattr(cfg, name) < 0:
-            raise UserError(f"{_flag(name)} must be zero or more, got {getattr(cfg, name)}")
+            raise UserError(f"{as_flag(name)} must be zero or more, got {getattr(cfg, name)}")
     if not 0.0 <= cfg.dropout < 1.0:
         raise UserError(f"--dropout must be in [0, 1), got {cfg.dropout}")
     if not 0.0 <= cfg.label_smoothing < 1.0:
@@ -224,7 +222,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     return cfg
 
 
-def _flag(name: str) -> str:
+def as_flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
@@ -235,7 +233,7 @@ def _base_type(annotation: Any) -> Any:
     return annotation
 
 
-class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Appends "(default: X)" unless the help already says what the default is."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
@@ -258,12 +256,12 @@ def add_flags(parser: argparse.ArgumentParser, schema: type) -> None:
             kwargs["choices"] = typing.get_args(kind)
         else:
             kwargs["type"] = kind
-        parser.add_argument(_flag(f.name), dest=f.name, **kwargs)
+        parser.add_argument(as_flag(f.name), dest=f.name, **kwargs)
 
 
 def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     """The training flags: one per TrainConfig field; --help shows every default."""
-    parser = argparse.ArgumentParser(description=description, formatter_class=_DefaultsFormatter)
+    parser = argparse.ArgumentParser(description=description, formatter_class=DefaultsFormatter)
     parser.add_argument(
         "--config", metavar="FILE", help="YAML file of these keys; flags override it"
     )
@@ -271,48 +269,9 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def decoding_parser(description: str) -> argparse.ArgumentParser:
-    """The flags evaluate.py and translate.py share: search (SearchConfig), batching and device."""
-    parser = argparse.ArgumentParser(description=description, formatter_class=_DefaultsFormatter)
-    add_flags(parser, SearchConfig)
-    size = parser.add_mutually_exclusive_group()
-    size.add_argument("--batch-tokens", type=int, default=4096, help="source tokens per batch")
-    size.add_argument("--batch-size", type=int, help="sentences per batch (instead of tokens)")
-    parser.add_argument(
-        "--device", default="auto", help="cpu, cuda, cuda:1, ... (auto: cuda if available)"
-    )
-    return parser
-
-
-def search_config(args: argparse.Namespace) -> SearchConfig:
-    """The SearchConfig of parsed decoding flags; a bad value is a UserError naming its flag."""
-    for name in ("batch_tokens", "batch_size"):
-        value = getattr(args, name, None)
-        if value is not None and value < 1:
-            raise UserError(f"{_flag(name)} must be positive, got {value}")
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(SearchConfig)}
-    try:
-        return SearchConfig(**values)
-    except UserError as err:  # "`beam` must be ..." -> "--beam must be ..."
-        raise UserError(cli_message(err)) from None
-
-
 def cli_message(err: Exception) -> str:
     """The library names a setting as `name` in its messages; on the command line it is --name."""
-    return re.sub(r"`([a-z][a-z0-9_]*)`", lambda found: _flag(found.group(1)), str(err))
-
-
-def pick_device(name: str) -> torch.device:
-    """The device for `--device NAME` (auto: CUDA when there is one); a bad name is a UserError."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UserError(f"--device {name}: not a device (try cpu or cuda)") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"--device {name}: no CUDA device here")
-    return device
+    return re.sub(r"`([a-z][a-z0-9_]*)`", lambda found: as_flag(found.group(1)), str(err))
 
 
 def parse_args(argv: list[str] | None = None) -> TrainConfig:

@@ -2,7 +2,8 @@ import dataclasses
 
 import pytest
 
-from seq2seq.config import TrainConfig, build_parser, decoding_parser, parse_args, search_config
+from seq2seq.config import TrainConfig, build_parser, parse_args
+from seq2seq.decoding_flags import decoding_parser, search_config
 from seq2seq.errors import UserError
 
 

@@ -13,7 +13,7 @@ from seq2seq import prepare as prep
 from seq2seq.alignment import Link, alignment_error_rate, format_pharaoh, word_spans_in_text
 from seq2seq.batching import collate
 from seq2seq.config import TrainConfig, parse_args
-from seq2seq.data import SplitRows, TranslationDataModule
+from seq2seq.data import TranslationDataModule
 from seq2seq.errors import UserError
 from seq2seq.fast import CompiledRNN
 from seq2seq.guided import (
@@ -25,6 +25,7 @@ from seq2seq.guided import (
 )
 from seq2seq.loss import batch_loss
 from seq2seq.models import build_model, model_args_from
+from seq2seq.split_rows import SplitRows
 from seq2seq.tokenizer import EOS, Tokenizer
 from seq2seq.translator import Translator, word_alignment
 from tests.conftest import LEXICON, load_script, tiny_train_args, write_corpus

@@ -14,8 +14,9 @@ import pytest
 
 from seq2seq import prepare as prep
 from seq2seq.config import TrainConfig
-from seq2seq.data import SplitRows, TranslationDataModule, load_split
+from seq2seq.data import TranslationDataModule, load_split
 from seq2seq.errors import UserError
+from seq2seq.split_rows import SplitRows
 from seq2seq.tokenizer import Tokenizer
 from tests.conftest import load_script
 
