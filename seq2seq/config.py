@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from seq2seq.errors import UserError
 from seq2seq.guided import check_guided
-from seq2seq.transformer import POSITIONS
+from seq2seq.transformer_layers import POSITIONS
 from seq2seq.yaml_config import read_yaml
 
 

@@ -21,7 +21,7 @@ from seq2seq.errors import UserError
 from seq2seq.prepare import prepare
 from seq2seq.split_rows import SplitRows
 from seq2seq.tokenizer import Tokenizer
-from seq2seq.transformer import POSITIONS
+from seq2seq.transformer_layers import POSITIONS
 
 # The flags that fix the order of training batches and the learning-rate horizon: a resumed run must
 # use the checkpoint's, or its count of batches done points into another order.
