@@ -156,9 +156,10 @@ def _tokenizer(
         chunks = stream_pairs(source, train, cfg.src, cfg.tgt, cfg.limit_train_pairs, chunk_size)
         bar = _progress(chunks, train, f"sampling {cfg.spm_sample:,} sentences of")
         texts = sample_sentences((c.src + c.tgt for c in bar), cfg.spm_sample, cfg.seed)
+        if not texts:  # refused here, in plain Python, rather than by sentencepiece's trainer
+            raise UserError(f"{source.location}: the training split {train!r} has no pairs")
         _log(f"training sentencepiece on {len(texts):,} sentences ({TRAIN_THREADS} threads)")
-        while texts:  # hand them over one by one: sentencepiece keeps its own copy
-            yield texts.pop()
+        return _handed_over(texts)
 
     start = time.perf_counter()
     tokenizer = load_or_train_tokenizer(
@@ -166,6 +167,12 @@ def _tokenizer(
     )
     _log(f"tokenizer ready in {time.perf_counter() - start:.1f} s, sampling included")
     return tokenizer
+
+
+def _handed_over(texts: list[str]) -> Iterator[str]:
+    """The sentences one by one, each dropped from `texts` once given: sentencepiece keeps a copy."""
+    while texts:
+        yield texts.pop()
 
 
 def _split_path(cfg: TrainConfig, source: CorpusSource, split: str, tok: Tokenizer) -> Path:

@@ -129,6 +129,10 @@ def every_pair_too_long(tmp: Path) -> list[str]:
     return ["--data-dir", str(write_corpus(tmp / "c", SMALL)), "--max-len", "2"]
 
 
+def empty_training_split(tmp: Path) -> list[str]:
+    return ["--data-dir", str(write_corpus(tmp / "c", {"train": 0, "val": 5}))]
+
+
 def empty_validation_split(tmp: Path) -> list[str]:
     corpus = write_corpus(tmp / "c", SMALL)
     for lang in ("de", "en"):
@@ -166,6 +170,7 @@ CASES: list[tuple[Callable[[Path], list[str]], tuple[str, ...]]] = [
         every_pair_too_long,
         ("the training split 'train' yields no batch: all 30 pairs are longer than --max-len 2",),
     ),
+    (empty_training_split, ("c: the training split 'train' has no pairs",)),
     (empty_validation_split, ("the validation split 'val' yields no batch: it has no pairs",)),
 ]
 
