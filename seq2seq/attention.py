@@ -173,11 +173,3 @@ def make_scorer(
     if name == "scaled":
         return ScaledDotScorer(query_size, key_size)
     raise ValueError(f"unknown scorer {name!r}; choose one of {', '.join(SCORERS)}")
-
-
-def __getattr__(name: str):  # PEP 562: the old home of the multi-head classes, without a cycle
-    if name in ("MultiHeadAttention", "attention_mask"):
-        from seq2seq import multihead  # it imports masked_softmax from here, so only on demand
-
-        return getattr(multihead, name)
-    raise AttributeError(f"module 'seq2seq.attention' has no attribute {name!r}")

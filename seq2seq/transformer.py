@@ -1,4 +1,4 @@
-"""The Transformer translator (Vaswani et al., 2017), built from seq2seq.attention.MultiHeadAttention.
+"""The Transformer translator (Vaswani et al., 2017), built from seq2seq.multihead.MultiHeadAttention.
 
     x_0 = sqrt(H) emb(y) + PE(pos)       PE(pos, 2i) = sin(pos / 10000^(2i/H)), PE(pos, 2i+1) = cos(...)
     pre-LN  (default):  x = x + Dropout(Sublayer(LN(x)))     and one final LN after the last layer

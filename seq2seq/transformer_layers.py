@@ -11,7 +11,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from seq2seq.attention import MultiHeadAttention
+from seq2seq.multihead import MultiHeadAttention
 
 POSITIONS = 1024  # rows of the positional table: the longest sequence, EOS or BOS included
 

@@ -111,12 +111,3 @@ def test_cached_keys_equal_full_causal_attention() -> None:
 def test_rejects_indivisible_width() -> None:
     with pytest.raises(ValueError, match="divisible"):
         MultiHeadAttention(10, 4)
-
-
-def test_the_old_import_path_still_gives_the_same_class() -> None:
-    from seq2seq import attention, multihead
-
-    assert attention.MultiHeadAttention is multihead.MultiHeadAttention
-    assert attention.attention_mask is multihead.attention_mask
-    with pytest.raises(AttributeError, match="no attribute 'MultiHead'"):
-        attention.MultiHead  # noqa: B018
