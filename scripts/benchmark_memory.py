@@ -5,7 +5,8 @@
 probe: per path of benchmark.py, a child trains on an epoch's heaviest batches (B x S x T); peak RSS
 from after setup. train: train.py itself in a child, `--updates` updates in fp32 and bf16-mixed,
 validating twice, heatmaps every updates/4; a callback reads VmRSS every `--every` updates; the peak
-is VmHWM at exit. heatmaps: the AttentionHeatmaps hooks timed in those runs; their share of the run,
+is VmHWM at exit. On a CPU without native bf16 the bf16 probe and run are skipped, as benchmark.py
+skips its bf16 path, unless --force-bf16. heatmaps: the AttentionHeatmaps hooks timed in those runs; their share of the run,
 and at the defaults (an epoch of U updates: U/500 teacher-forced draws, a validation's greedy draw).
 """
 
@@ -158,10 +159,25 @@ def output(proc: subprocess.Popen, log: Path) -> str:
     return (log.read_text().strip().splitlines() or [""])[-1]
 
 
-def run(args: argparse.Namespace, rest: list[str], cfg: TrainConfig) -> dict:
+def plan(
+    bench: ModuleType, device: torch.device, cpu: dict | None, precisions: list[str], force: bool
+) -> tuple[list[str], list[str], dict[str, str]]:
+    """benchmark.py's rule for the probes' paths and the train runs' precisions: on a CPU without
+    native bf16 neither runs bf16 (autocast would emulate it, 14x slower) unless `force`; the
+    skipped ones with the reason."""
+    names, skipped = bench.path_names(device, cpu, force) if cpu else (list(bench.PATHS), {})
+    kept = [p for p in precisions if not (skipped and p.startswith("bf16"))]
+    skipped |= {p: next(iter(skipped.values())) for p in precisions if p not in kept}
+    return names, kept, skipped
+
+
+def run(args: argparse.Namespace, rest: list[str], cfg: TrainConfig, device: torch.device) -> dict:
     bench, started = load_script("benchmark"), time.perf_counter()
-    names = [k for k in bench.PATHS if cfg.model == "rnn" or not bench.PATHS[k].textbook]
-    out: dict = {"updates": args.updates, "every": args.every, "probe": {}, "train": {}}
+    cpu = bench.cpu_info() if device.type == "cpu" else None
+    names, precisions, skipped = plan(bench, device, cpu, args.precisions, args.force_bf16)
+    names = [k for k in names if cfg.model == "rnn" or not bench.PATHS[k].textbook]
+    out: dict = {"updates": args.updates, "every": args.every, "cpu": cpu, "skipped": skipped}
+    out |= {"probe": {}, "train": {}}
     with tempfile.TemporaryDirectory() as tmp:
         # The probes run at once, one thread each: their peak memory does not depend on speed.
         flags = [f"--device={args.device}", "--threads=1", f"--heaviest={3 - 2 * args.quick}"]
@@ -169,7 +185,7 @@ def run(args: argparse.Namespace, rest: list[str], cfg: TrainConfig) -> dict:
         procs = {k: spawn(["--probe", k, *flags, *rest], logs[k]) for k in names}
         out["probe"] = {k: json.loads(output(procs[k], logs[k])) for k in names}
         accelerator, runs = "gpu" if args.device.startswith("cuda") else args.device, tmp + "/runs"
-        for precision in args.precisions:  # one after the other: each has the machine to itself
+        for precision in precisions:  # one after the other: each has the machine to itself
             seen, log = Path(tmp, f"{precision}.json"), Path(tmp, f"{precision}.log")
             flags = [f"--max-steps={args.updates}", f"--precision={precision}", "--devices=1",
                      f"--val-every={max(1, args.updates // 2)}", f"--accelerator={accelerator}",
@@ -208,7 +224,10 @@ def render(r: dict) -> str:
         rows.append(row("peak GPU memory, MB", (t["peak_gpu_mb"] for t in train)))
     w = [max(len(row[i]) for row in rows if len(row) > i) for i in range(max(map(len, rows)))]
     lines = ["  ".join([row[0].ljust(w[0]), *map(str.rjust, row[1:], w[1:])]) for row in rows]
-    return "\n".join([*lines, f"load {r['loadavg_1min']:.2f}; {r['wall_sec']:.0f} s in all"])
+    cpu = [f"cpu: {load_script('benchmark').describe_cpu(r['cpu'])}"] if r.get("cpu") else []
+    skipped = [f"{k}: {why}" for k, why in r.get("skipped", {}).items()]
+    load = f"load {r['loadavg_1min']:.2f}; {r['wall_sec']:.0f} s in all"
+    return "\n".join([*cpu, *lines, *skipped, load])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--updates", type=int, default=20 if quick else 200, help="of each train run")
     p.add_argument(
         "--precisions", nargs="+", default=PRECISIONS, metavar="P", help="of the train runs"
+    )
+    p.add_argument(
+        "--force-bf16", action="store_true", help="bf16 on a CPU without native bf16 too"
     )
     p.add_argument("--every", type=int, help="read RSS every N updates (default: updates / 4)")
     p.add_argument("--threads", type=int, default=torch.get_num_threads(), help=argparse.SUPPRESS)
@@ -239,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.probe:
             print(json.dumps(probe(args.probe, cfg, device, args.heaviest)))
             return 0
-        result = run(args, rest, cfg)
+        result = run(args, rest, cfg, device)
     except UserError as err:
         print(f"error: {cli_message(err)}", file=sys.stderr)
         return 2

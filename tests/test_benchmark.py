@@ -175,6 +175,19 @@ def test_bf16_path_is_skipped_on_a_cpu_without_native_bf16() -> None:
     assert benchmark.native_bf16() == torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
+def test_memory_benchmark_skips_bf16_like_benchmark_py_on_a_cpu_without_it() -> None:
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    without, native = {"native_bf16": False, "capability": "AVX2"}, {"native_bf16": True}
+    asked = ["32-true", "bf16-mixed"]
+    names, precisions, skipped = benchmark_memory.plan(benchmark, cpu, without, asked, False)
+    assert names == ["fast", "reference"] and precisions == ["32-true"]
+    assert list(skipped) == ["bf16", "bf16-mixed"] and "AVX2" in skipped["bf16-mixed"]
+    everything = (list(benchmark.PATHS), asked, {})
+    assert benchmark_memory.plan(benchmark, cpu, without, asked, True) == everything
+    assert benchmark_memory.plan(benchmark, cpu, native, asked, False) == everything
+    assert benchmark_memory.plan(benchmark, gpu, None, asked, False) == everything
+
+
 @pytest.mark.slow
 def test_quick_memory_benchmark_reports_probes_runs_and_heatmaps(
     tiny_corpus, tmp_path, monkeypatch, capsys
@@ -182,7 +195,7 @@ def test_quick_memory_benchmark_reports_probes_runs_and_heatmaps(
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "memory.json"
     argv = ["--quick", "--updates", "4", "--data-dir", str(tiny_corpus), *TINY, "--json", str(out)]
-    assert benchmark_memory.main(argv) == 0
+    assert benchmark_memory.main([*argv, "--force-bf16"]) == 0  # both precisions on any CPU
     result = json.loads(out.read_text())
     assert list(result["probe"]) == list(benchmark.PATHS)
     for probe in result["probe"].values():
@@ -201,6 +214,7 @@ def test_quick_memory_benchmark_reports_probes_runs_and_heatmaps(
         assert heatmaps["greedy_sec"] > 0 and heatmaps["teacher_forced_sec"] > 0
     table = capsys.readouterr().out
     assert "bf16-mixed" in table and "RSS at update 4" in table and "share at defaults" in table
+    assert table.startswith(f"cpu: {benchmark.describe_cpu(result['cpu'])}\n")
     # plot_benchmarks: per run, its RSS readings over updates and its peak as a flat line.
     assert plot_benchmarks.main(["--memory", str(out), "--out-dir", str(tmp_path)]) == 0
     assert (tmp_path / "memory.png").stat().st_size > 0
