@@ -5,9 +5,10 @@
 probe: per path of benchmark.py, a child trains on an epoch's heaviest batches (B x S x T); peak RSS
 from after setup. train: train.py itself in a child, `--updates` updates in fp32 and bf16-mixed,
 validating twice, heatmaps every updates/4; a callback reads VmRSS every `--every` updates; the peak
-is VmHWM at exit. On a CPU without native bf16 the bf16 probe and run are skipped, as benchmark.py
-skips its bf16 path, unless --force-bf16. heatmaps: the AttentionHeatmaps hooks timed in those runs; their share of the run,
+is VmHWM at exit. heatmaps: the AttentionHeatmaps hooks timed in those runs; their share of the run,
 and at the defaults (an epoch of U updates: U/500 teacher-forced draws, a validation's greedy draw).
+On a CPU without native bf16 the bf16 probe and run are skipped, as benchmark.py skips its bf16
+path, unless --force-bf16.
 """
 
 import argparse
