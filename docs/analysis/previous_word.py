@@ -22,10 +22,9 @@ from seq2seq.corpus_files import read_lines
 
 
 @torch.no_grad()
-def predicted_pieces(translator: Translator, source: str, target: str) -> list[bool]:
+def predicted_pieces(translator: Translator, source: str, tgt_ids: list[int]) -> list[bool]:
     """Per target piece (EOS excluded), whether the teacher-forced model's argmax was that piece."""
     src_ids, _ = translator.tokenizer.encode_with_spans(source)
-    tgt_ids, _ = translator.tokenizer.encode_with_spans(target)
     batch = collate([{"src_ids": src_ids, "tgt_ids": tgt_ids, "index": 0}])
     state = translator.model.encode(batch["src"], batch["src_lens"], batch["src_mask"])
     features, _ = translator.model.decode(state, batch["tgt_in"])  # (1, T, O)
@@ -50,8 +49,8 @@ def main() -> None:
     after_predicted = words = 0
     mended = []  # per pair: tgt2src links, made right on linked words after a predicted piece
     for source, target, result, (sure, _) in zip(sources, targets, results, gold, strict=True):
-        predicted = predicted_pieces(translator, source, target)
-        _, spans = translator.tokenizer.encode_with_spans(target)
+        tgt_ids, spans = translator.tokenizer.encode_with_spans(target)
+        predicted = predicted_pieces(translator, source, tgt_ids)
         first_piece = {}  # target word -> its first piece
         for piece, word in enumerate(word_spans_in_text(target, spans)):
             first_piece.setdefault(word, piece)
