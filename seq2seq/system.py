@@ -18,10 +18,11 @@ import torch
 from torch import Tensor
 
 from seq2seq import __version__
+from seq2seq.attention_stats import means, recorded_scores, row_sums, stacked_scores
 from seq2seq.guided import alignment_loss
 from seq2seq.interface import Seq2Seq
 from seq2seq.loss import batch_loss
-from seq2seq.metrics import attention_entropy, corpus_bleu, perplexity
+from seq2seq.metrics import corpus_bleu, perplexity
 from seq2seq.search import SearchConfig, translate_batch
 from seq2seq.tokenizer import Tokenizer
 
@@ -85,7 +86,8 @@ class TranslationSystem(L.LightningModule):
             self.fast = CompiledRNN(model)
         self.val_search = SearchConfig(beam=val_beam)
         self._val_outputs: list[tuple[int, str]] = []
-        self._val_sums = torch.zeros(3)  # nll sum, token count, entropy sum over batches
+        self._val_sums = torch.zeros(6, dtype=torch.float64)  # nll, tokens, then `row_sums`
+        self._val_scored = True
         # (4,) loss sum, NLL sum, tokens and guided-alignment loss sum of this update
         self._update_sums: Tensor | None = None
 
@@ -150,11 +152,16 @@ class TranslationSystem(L.LightningModule):
             self.log("train/align_loss", align_sum / tokens)
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        _, nll_sum, tokens, weights = self._shared_step(batch)
-        # A sum over target rows, divided by the rows of all ranks at the end: a mean per row that
+        with recorded_scores(self.model) as recorded:  # raw scores e_tj, for val/score_std
+            _, nll_sum, tokens, weights = self._shared_step(batch)
+        scores = stacked_scores(recorded, batch["tgt_mask"].size(1))  # (B, T, S) or None
+        self._val_scored = self._val_scored and scores is not None
+        # Sums over target rows, divided by the rows of all ranks at the end: means per row that
         # neither the batching nor the number of processes changes.
-        entropy = attention_entropy(weights, batch["tgt_mask"]) * tokens
-        self._val_sums += torch.stack([nll_sum.float(), tokens.float(), entropy.float()]).cpu()
+        rows = row_sums(weights, batch["tgt_mask"], batch["src_mask"], scores)  # (4,)
+        self._val_sums += torch.cat(
+            [torch.stack([nll_sum.double(), tokens.double()]).detach().cpu(), rows]
+        )
         # The same search code as evaluate.py, so validation BLEU is the BLEU a user will measure.
         hyps = translate_batch(self.fast or self.model, batch, self.val_search)
         for index, ids in zip(batch["index"].tolist(), hyps.tokens, strict=True):
@@ -165,7 +172,8 @@ class TranslationSystem(L.LightningModule):
 
     def on_validation_epoch_start(self) -> None:
         self._val_outputs = []
-        self._val_sums = torch.zeros(3)
+        self._val_sums = torch.zeros(6, dtype=torch.float64)  # nll, tokens, then `row_sums`
+        self._val_scored = True  # every batch recorded its raw scores
 
     def on_validation_epoch_end(self) -> None:
         outputs, sums = self._val_outputs, self._val_sums
@@ -174,7 +182,7 @@ class TranslationSystem(L.LightningModule):
             torch.distributed.all_gather_object(gathered, (outputs, sums))
             outputs = [pair for rank_outputs, _ in gathered for pair in rank_outputs]
             sums = sum(rank_sums for _, rank_sums in gathered)
-        nll_sum, tokens, entropy_sum = sums.tolist()
+        nll_sum, tokens = sums[:2].tolist()
         data = self.trainer.datamodule
         references = data.references("val")
         left_out = data.counts.get("val/too_long", 0)  # over the model's positions
@@ -185,7 +193,13 @@ class TranslationSystem(L.LightningModule):
         # Every rank holds the gathered sums, so every rank logs the same value: no sync needed.
         self.log("val/loss", nll_sum / max(tokens, 1))
         self.log("val/ppl", perplexity(nll_sum, int(tokens)))
-        self.log("val/attn_entropy", entropy_sum / max(tokens, 1))
+        # How sharp attention is, and why (seq2seq.attention_stats): TensorBoard shows a scorer's
+        # attention sharpening, or not, over training.
+        stats = means(sums[2:], with_scores=self._val_scored)
+        self.log("val/attn_entropy", stats["attn_entropy"])
+        self.log("val/max_weight", stats["max_weight"])
+        if stats["score_std"] is not None:
+            self.log("val/score_std", stats["score_std"])
 
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams

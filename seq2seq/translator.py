@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from seq2seq.alignment import NOT_A_WORD, Link, hard_links, merge_to_words, word_spans_in_text
+from seq2seq.attention_stats import means, recorded_scores, row_sums, stacked_scores
 from seq2seq.batching import TokenBudgetBatchSampler, collate
 from seq2seq.checkpoint import load_model
 from seq2seq.interface import Seq2Seq
@@ -212,6 +213,33 @@ class Translator:
                     weights[b, :rows, ..., :cols], direction, (targets[i], tgt[i][1]),
                 )  # fmt: skip
         return results
+
+    @torch.no_grad()
+    def attention_statistics(
+        self, sources: list[str], targets: list[str], batch_tokens: int = 4096
+    ) -> dict[str, float | None]:
+        """How sharp the attention is while the model reads `targets` teacher-forced: the means per
+        target row of seq2seq.attention_stats (`attn_entropy`, `max_weight`, `score_std`)."""
+        if len(sources) != len(targets):
+            raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
+        src_ids = self._fit(
+            [self.tokenizer.encode(x) for x in sources], range(len(sources)), "source"
+        )
+        tgt_ids = self._fit(
+            [self.tokenizer.encode(x) for x in targets], range(len(targets)), "target"
+        )
+        pairs = enumerate(zip(src_ids, tgt_ids, strict=True))
+        items = [{"src_ids": s, "tgt_ids": t, "index": i} for i, (s, t) in pairs]
+        sums, scored = torch.zeros(4, dtype=torch.float64), True
+        for batch in self._batches(items, batch_tokens, None):
+            batch = {name: value.to(self.device) for name, value in batch.items()}
+            with recorded_scores(self.model) as recorded:
+                state = self.model.encode(batch["src"], batch["src_lens"], batch["src_mask"])
+                _, weights = self.model.decode(state, batch["tgt_in"])  # (B, T, [N,] S)
+            scores = stacked_scores(recorded, batch["tgt_in"].size(1))  # (B, T, S) or None
+            scored = scored and scores is not None
+            sums += row_sums(weights, batch["tgt_mask"], batch["src_mask"], scores)
+        return means(sums, with_scores=scored)
 
     def search(
         self,

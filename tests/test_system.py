@@ -136,9 +136,11 @@ def test_inverse_sqrt_schedule_peaks_at_warmup_and_falls_as_one_over_sqrt() -> N
     assert math.isclose(factor(0), 0.01)
 
 
-def test_validation_attention_entropy_is_a_mean_per_target_row_whatever_the_batching(
-    tiny_tokenizer,
+@pytest.mark.parametrize("key", ["attn_entropy", "max_weight", "score_std"])
+def test_validation_attention_statistics_are_means_per_target_row_whatever_the_batching(
+    tiny_tokenizer, key
 ) -> None:
+    from seq2seq.attention_stats import means
     from seq2seq.system import TranslationSystem
 
     torch.manual_seed(0)
@@ -148,16 +150,17 @@ def test_validation_attention_entropy_is_a_mean_per_target_row_whatever_the_batc
     whole = {**reverse_batch(), "index": torch.arange(6)}
     parts = [{k: v[rows] for k, v in whole.items()} for rows in (slice(0, 1), slice(1, 6))]
 
-    def entropy_per_row(batches: list[dict]) -> float:
+    def per_row(batches: list[dict]) -> float:
         system.on_validation_epoch_start()
         with torch.no_grad():
             for i, batch in enumerate(batches):
                 system.validation_step(batch, i)
-        _, tokens, entropy_sum = system._val_sums.tolist()
-        return entropy_sum / tokens
+        assert system._val_sums[1] == system._val_sums[5]  # tokens == rows: each real target row
+        return means(system._val_sums[2:], with_scores=system._val_scored)[key]
 
-    # One sentence, then five, weigh their rows as one batch of six does; a mean of the two batch
-    # means (what was logged before) would weigh the single sentence's rows five times as much.
-    one, five = (entropy_per_row([part]) for part in parts)
-    assert entropy_per_row(parts) == pytest.approx(entropy_per_row([whole]), rel=1e-5)
-    assert entropy_per_row(parts) != pytest.approx((one + five) / 2, rel=1e-3)
+    # One sentence, then five, weigh their rows as one batch of six does (padding rows and padded
+    # source positions count nowhere); a mean of the two batch means would weigh the single
+    # sentence's rows five times as much.
+    one, five = (per_row([part]) for part in parts)
+    assert per_row(parts) == pytest.approx(per_row([whole]), rel=1e-5)
+    assert per_row(parts) != pytest.approx((one + five) / 2, rel=1e-3)

@@ -37,7 +37,7 @@ def test_train_writes_logs_and_checkpoints_and_loss_falls(
     losses = scalars(run, "train/loss")
     assert len(losses) >= 3 and losses[-1] < 0.95 * losses[0]
     for tag in ("val/bleu", "val/loss", "val/ppl", "val/attn_entropy", "lr", "train/grad_norm",
-                "train/tokens_per_sec"):  # fmt: skip
+                "train/tokens_per_sec", "val/max_weight", "val/score_std"):  # fmt: skip
         assert scalars(run, tag), tag
 
 

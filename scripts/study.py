@@ -1,0 +1,251 @@
+"""Run a study: variants x seeds as ordinary train.py runs, scored alike, with a report of significance.
+
+    python scripts/study.py run studies/scorers --variant additive "--score additive" \\
+        --variant dot "--score dot" --variant scaled "--score scaled" --seeds 1 2 3 --parallel 2
+    python scripts/study.py run studies/scorers          # continue it: finished runs are skipped
+    python scripts/study.py status studies/scorers       # each run's state
+    python scripts/study.py commands studies/scorers     # one command per run, for a job array
+    python scripts/study.py report studies/scorers       # rebuild report.md/.json/.png from results
+
+The spec (variants, seeds, common flags, the split, a silver standard) is saved in DIR/study.json on
+first use; `--config study.yaml` gives it as YAML instead of flags. Each run trains in
+`--work-dir/runs/<variant>-seed<k>/` (checkpoints, never committed) and leaves its scores and
+hypotheses in DIR/runs/<variant>-seed<k>/ (small, meant to be committed). Starting the study again,
+after any stop, kill or preemption, skips finished runs and resumes the others from their last.ckpt.
+"""
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from seq2seq.config import cli_message
+from seq2seq.errors import UserError
+from seq2seq.study import Run, Study, StudySpec
+
+SCRIPT = Path(__file__).resolve()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Train and score variants x seeds; report means, intervals and paired tests.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def study_folder(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("folder", metavar="DIR", help="the study folder (study.json, results)")
+        sub.add_argument(
+            "--work-dir", metavar="W", help="checkpoints, logs and the data cache of the runs "
+            "(default: runs/studies/<DIR's name> in the checkout)",
+        )  # fmt: skip
+
+    def spec_flags(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--variant", nargs=2, action="append", metavar=("NAME", "FLAGS"),
+            help="a variant and its train.py flags as one quoted string; repeat for each variant",
+        )  # fmt: skip
+        sub.add_argument("--seeds", nargs="+", type=int, metavar="K", help="seeds of every variant")
+        sub.add_argument("--flags", default="", help="train.py flags common to every variant")
+        sub.add_argument("--config", metavar="FILE", help="the spec as YAML (variants, seeds, ...)")
+        sub.add_argument("--split", default="test", help="the split every run is scored on")
+        sub.add_argument("--beam", type=int, default=5, help="beam size of the scoring")
+        sub.add_argument(
+            "--align-ref", metavar="GOLD", help="gold or silver Pharaoh links for --split: AER too"
+        )
+
+    def threads(sub: argparse.ArgumentParser, default: str) -> None:
+        sub.add_argument("--threads", type=int, help=f"torch threads per run (default: {default})")
+
+    run = commands.add_parser("run", help="train and score every unfinished run, then report")
+    study_folder(run)
+    spec_flags(run)
+    run.add_argument("--parallel", type=int, default=1, help="runs trained at once (default 1)")
+    threads(run, "the machine's cores divided by --parallel")
+    one = commands.add_parser("one", help="train (or resume) and score one run")
+    study_folder(one)
+    one.add_argument("variant", metavar="VARIANT")
+    one.add_argument("seed", metavar="SEED", type=int)
+    threads(one, "all cores")
+    cmds = commands.add_parser("commands", help="print one command per unfinished run (job arrays)")
+    study_folder(cmds)
+    spec_flags(cmds)
+    threads(cmds, "all cores of the job")
+    score = commands.add_parser("score", help="score one trained run again")
+    study_folder(score)
+    score.add_argument("variant", metavar="VARIANT")
+    score.add_argument("seed", metavar="SEED", type=int)
+    for name, help in (("status", "each run's state"), ("report", "rebuild the report")):
+        study_folder(commands.add_parser(name, help=help))
+    return parser
+
+
+def spec_from(args: argparse.Namespace) -> StudySpec | None:
+    """The spec the flags or --config give; None when they give none (continue the saved one)."""
+    if args.config:
+        from seq2seq.yaml_config import read_yaml
+
+        return StudySpec.from_dict(read_yaml(args.config), args.config)
+    if not args.variant and not args.seeds:
+        return None
+    return StudySpec.from_dict(
+        {
+            "variants": dict(args.variant or []),
+            "seeds": args.seeds or [],
+            "flags": args.flags,
+            "split": args.split,
+            "beam": args.beam,
+            "align_ref": args.align_ref,
+        },
+        "the command line",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        study = Study(args.folder, args.work_dir)
+        if args.command == "run":
+            return run_all(study, spec_from(args), args.parallel, args.threads)
+        if args.command == "commands":
+            return print_commands(study, spec_from(args), args.threads)
+        if args.command == "status":
+            return print_status(study)
+        if args.command == "one":
+            return run_one(study, Run(args.variant, args.seed), args.threads)
+        if args.command == "score":
+            return score_one(study, Run(args.variant, args.seed))
+        return write_report(study)
+    except UserError as err:
+        print(f"error: {cli_message(err)}", file=sys.stderr)
+        return 2
+
+
+def check_run(spec: StudySpec, run: Run) -> None:
+    if run.variant not in spec.variants or run.seed not in spec.seeds:
+        raise UserError(
+            f"{run.name} is not in this study (variants {', '.join(spec.variants)}; "
+            f"seeds {' '.join(map(str, spec.seeds))})"
+        )
+
+
+def one_command(study: Study, run: Run, threads: int | None) -> list[str]:
+    command = [sys.executable, str(SCRIPT), "one", str(study.folder), run.variant, str(run.seed)]
+    command += ["--work-dir", str(study.work_dir)]
+    return command + (["--threads", str(threads)] if threads else [])
+
+
+def run_all(study: Study, spec: StudySpec | None, parallel: int, threads: int | None) -> int:
+    """Every unfinished run through `study.py one`, `parallel` at a time; then the report."""
+    if parallel <= 0:
+        raise UserError(f"--parallel must be positive, got {parallel}")
+    spec = study.open(spec)
+    threads = threads or max(1, (os.cpu_count() or 1) // parallel)
+    todo = [run for run in spec.runs() if study.state(run) != "done"]
+    print(
+        f"study {study.folder}: {len(spec.runs()) - len(todo)} of {len(spec.runs())} runs done; "
+        f"{len(todo)} to go, {parallel} at a time, {threads} thread(s) each; work in {study.work_dir}",
+        flush=True,
+    )
+    running: dict[subprocess.Popen, Run] = {}
+    failed: list[str] = []
+    stopping = False
+
+    def stop(signum: int, frame: object) -> None:  # pass a scheduler's stop on to every run
+        nonlocal stopping
+        stopping = True
+        for process in running:
+            process.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        while todo or running:
+            while todo and len(running) < parallel and not stopping:
+                run = todo.pop(0)
+                print(f"[{time.strftime('%H:%M:%S')}] {run.name}: {study.state(run)}", flush=True)
+                running[subprocess.Popen(one_command(study, run, threads))] = run
+            finished = [process for process in running if process.poll() is not None]
+            for process in finished:
+                run = running.pop(process)
+                word = "done" if process.returncode == 0 else f"stopped ({process.returncode})"
+                print(f"[{time.strftime('%H:%M:%S')}] {run.name}: {word}", flush=True)
+                if process.returncode != 0:
+                    failed.append(run.name)
+            if stopping and not running:
+                break
+            time.sleep(1)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if stopping:
+        print("stopped: start the same command again to continue", file=sys.stderr)
+        return 143
+    if failed:
+        print(f"unfinished: {', '.join(failed)} (see their train.log)", file=sys.stderr)
+        return 1
+    return write_report(study)
+
+
+def run_one(study: Study, run: Run, threads: int | None) -> int:
+    """Train `run` to its end, resuming what is there, then score it in a fresh process."""
+    spec = study.load_spec()
+    check_run(spec, run)
+    threads = threads or os.cpu_count() or 1
+    state = study.state(run)
+    if state in ("new", "partial"):
+        status = study.train(spec, run, threads)
+        if status != 0:
+            log = study.run_dir(run) / "train.log"
+            print(f"{run.name}: train.py exited with status {status}; see {log}", file=sys.stderr)
+            return status
+    if study.state(run) == "trained":
+        # A new process, so a run trained for hours is scored by the code of now.
+        return subprocess.call([sys.executable, str(SCRIPT), "score", str(study.folder),
+                                run.variant, str(run.seed), "--work-dir", str(study.work_dir)])  # fmt: skip
+    return 0
+
+
+def score_one(study: Study, run: Run) -> int:
+    from seq2seq.study_eval import score_run
+
+    spec = study.load_spec()
+    check_run(spec, run)
+    if study.state(run) not in ("trained", "done"):
+        raise UserError(f"{run.name} has not finished training (state {study.state(run)})")
+    result = score_run(study, spec, run)
+    print(
+        f"{run.name}: BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f} on {spec.split} "
+        f"({result['checkpoint_rule']}); {study.result_path(run)}"
+    )
+    return 0
+
+
+def print_commands(study: Study, spec: StudySpec | None, threads: int | None) -> int:
+    spec = study.open(spec)
+    for run in spec.runs():
+        if study.state(run) != "done":
+            print(" ".join(one_command(study, run, threads)[1:]))
+    return 0
+
+
+def print_status(study: Study) -> int:
+    spec = study.load_spec()
+    for run in spec.runs():
+        print(f"{run.name:<24} {study.state(run)}")
+    return 0
+
+
+def write_report(study: Study) -> int:
+    from seq2seq.study_report import build_report
+
+    paths = build_report(study)
+    print("report: " + ", ".join(str(path) for path in paths))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

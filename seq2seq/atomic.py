@@ -1,0 +1,59 @@
+"""Publishing a file whole or not at all: write a temporary beside it, fsync, rename, fsync the folder.
+
+A reader (another process, or the next start after a kill -9 or a power cut) sees the old file or the
+new one, never a torn one. A write that fails (a full disk, a quota, `ulimit -f`) removes its
+temporary and raises: nothing half-written is ever renamed into place.
+"""
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+TEMP_SUFFIX = ".tmp"
+
+
+def fsync_folder(folder: str | Path) -> None:
+    """Make a rename inside `folder` survive a power cut (a no-op where folders cannot be opened)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], None], mode: int = 0o644) -> Path:
+    """Call `write(file)` on a temporary beside `path`, then publish it as `path`; returns `path`.
+
+    The temporary is `.<name>.<random>.tmp` in the same folder, so the rename never crosses a file
+    system, and a killed writer's leftover is easy to recognise.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())  # the bytes reach the disk before the name points at them
+        os.chmod(tmp, mode)  # mkstemp makes the file private; published files are shared
+        os.replace(tmp, path)
+    except BaseException:  # KeyboardInterrupt too: no temporary outlives a failed write
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_folder(path.parent)
+    return path
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Publish `data` as `path`, whole or not at all."""
+    return atomic_write(path, lambda file: file.write(data))
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Publish `text` (UTF-8) as `path`, whole or not at all."""
+    return atomic_write_bytes(path, text.encode("utf-8"))

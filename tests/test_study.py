@@ -1,0 +1,169 @@
+"""scripts/study.py end to end: a tiny study (2 variants x 2 seeds) trained, killed mid-run with a real
+SIGKILL, started again, finished without retraining, and reported; its figures checked by hand and its
+p-values against sacrebleu's own command line."""
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import load_script, tiny_train_args
+
+study_script = load_script("study")
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "study.py"
+RUNS = ["a-seed1", "d-seed1", "a-seed2", "d-seed2"]  # the order `run` takes them in
+
+
+def common_flags(corpus: Path) -> str:
+    flags = tiny_train_args(corpus, Path("unused"), "--max-steps", "120", "--max-epochs", "1000",
+                            "--val-every", "30", "--lr", "1e-2", "--warmup-steps", "10",
+                            "--dropout", "0", "--keep-best", "2")  # fmt: skip
+    at = flags.index("--log-dir")  # the study sets the log folder itself
+    return " ".join(flags[:at] + flags[at + 2 :])
+
+
+def study_command(folder: Path, work: Path, corpus: Path) -> list[str]:
+    return [sys.executable, str(SCRIPT), "run", str(folder), "--work-dir", str(work),
+            "--variant", "a", "--score additive", "--variant", "d", "--score dot",
+            "--seeds", "1", "2", "--flags", common_flags(corpus), "--threads", "1"]  # fmt: skip
+
+
+def sittings(work: Path, run: str) -> list[dict]:
+    path = work / "runs" / run / "sittings.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def global_step(work: Path, run: str) -> int:
+    path = work / "runs" / run / "version_0" / "checkpoints" / "last.ckpt"
+    return torch.load(path, weights_only=False)["global_step"]
+
+
+@pytest.mark.slow
+def test_a_killed_study_resumes_and_reports_what_sacrebleu_prints(tiny_corpus, tmp_path):
+    folder, work = tmp_path / "study", tmp_path / "work"
+    command = study_command(folder, work, tiny_corpus)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(command, env=env, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    # Kill the whole study (runner, run, train.py) once the first run is done and the second has a
+    # checkpoint to resume from but has not finished training.
+    last = work / "runs" / RUNS[1] / "version_0" / "checkpoints" / "last.ckpt"
+    deadline = time.monotonic() + 240
+    while not (last.exists() and (folder / "runs" / RUNS[0] / "result.json").exists()):
+        assert process.poll() is None, "the study ended before it could be killed"
+        assert time.monotonic() < deadline, "the second run never wrote a checkpoint"
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not (work / "runs" / RUNS[1] / "trained.json").exists()  # killed mid-training
+    killed_at = global_step(work, RUNS[1])
+    assert 0 < killed_at < 120
+    first_result = (folder / "runs" / RUNS[0] / "result.json").read_bytes()
+
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "1 of 4 runs done; 3 to go" in done.stdout
+    # The finished run was neither retrained nor rescored; the killed one resumed from its checkpoint.
+    assert len(sittings(work, RUNS[0])) == 1
+    assert (folder / "runs" / RUNS[0] / "result.json").read_bytes() == first_result
+    resumed = sittings(work, RUNS[1])
+    assert len(resumed) == 2 and "--resume" in resumed[1]["command"]
+    assert "--resume" not in resumed[0]["command"]
+    for run in RUNS:
+        assert global_step(work, run) == 120
+        assert (folder / "runs" / run / "test.hyp").read_text().count("\n") == 20
+
+    # Started once more, there is nothing left to do.
+    again = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert again.returncode == 0 and "4 of 4 runs done; 0 to go" in again.stdout
+
+    report = json.loads((folder / "report.json").read_text())
+    results = {run: json.loads((folder / "runs" / run / "result.json").read_text()) for run in RUNS}
+    for variant in ("a", "d"):
+        bleu = [results[f"{variant}-seed{s}"]["bleu"] for s in (1, 2)]
+        summary = report["variants"][variant]["bleu"]
+        assert summary["mean"] == pytest.approx((bleu[0] + bleu[1]) / 2)
+        assert summary["sd"] == pytest.approx(abs(bleu[0] - bleu[1]) / 2**0.5)
+        assert summary["ci95"] == pytest.approx(12.7062 * summary["sd"] / 2**0.5)  # t(0.975, 1)
+        entropy = [results[f"{variant}-seed{s}"]["attn_entropy"] for s in (1, 2)]
+        assert report["variants"][variant]["attn_entropy"]["sd"] == pytest.approx(
+            statistics.stdev(entropy)
+        )
+    # The variants translate differently, so the paired tests below compare something.
+    assert results["a-seed2"]["chrf"] != results["d-seed2"]["chrf"]
+    assert (folder / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| a | d | all |" in (folder / "report.md").read_text()
+
+    # The p-values are sacrebleu's own: its command line on the same files prints the same.
+    refs = tiny_corpus / "test.en"
+    rows = {row["seeds"]: row for row in report["significance"]}
+    for test, key in (("--paired-bs", "p_bs"), ("--paired-ar", "p_ar")):
+        hyps = [folder / "runs" / run / "test.hyp" for run in ("a-seed2", "d-seed2")]
+        printed = subprocess.run(
+            ["sacrebleu", str(refs), "-i", *map(str, hyps), test, "-m", "bleu"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        system = json.loads(printed)[1]
+        assert rows["2"][key] == pytest.approx(system["BLEU"]["p_value"])
+        # All seeds: the concatenated files, as a user would make them.
+        for variant in ("a", "d"):
+            text = "".join((folder / "runs" / f"{variant}-seed{s}" / "test.hyp").read_text()
+                           for s in (1, 2))  # fmt: skip
+            (tmp_path / f"{variant}.all").write_text(text)
+        (tmp_path / "refs.all").write_text(refs.read_text() * 2)
+        printed = subprocess.run(
+            ["sacrebleu", str(tmp_path / "refs.all"), "-i", str(tmp_path / "a.all"),
+             str(tmp_path / "d.all"), test, "-m", "bleu"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        assert rows["all"][key] == pytest.approx(json.loads(printed)[1]["BLEU"]["p_value"])
+
+
+def test_bad_specs_are_refused_in_one_line_before_any_training(tmp_path, capsys):
+    folder = tmp_path / "study"
+    cases = [
+        (["--variant", "a", "--score additive", "--seeds", "1", "1"], "--seeds lists a seed twice"),
+        (["--variant", "a", "--score addtive", "--seeds", "1"], "variant a: train.py refuses"),
+        (["--variant", "a", "--seed 3", "--seeds", "1"], "--seed is set by the study itself"),
+        (["--variant", "a/b", "--score dot", "--seeds", "1"], "variant name 'a/b'"),
+        (["--seeds", "1"], "at least one variant"),
+    ]
+    for flags, message in cases:
+        assert study_script.main(["run", str(folder), "--work-dir", str(tmp_path), *flags]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith("error: ") and message in err[-1], err
+    assert not folder.exists()  # nothing written, nothing trained
+    assert study_script.main(["status", str(folder)]) == 2
+    assert "no study.json" in capsys.readouterr().err
+
+
+def test_a_saved_study_refuses_another_spec_and_lists_its_commands(tmp_path, capsys):
+    folder, work = tmp_path / "study", tmp_path / "work"
+    spec = [
+        "--variant",
+        "a",
+        "--score additive",
+        "--variant",
+        "d",
+        "--score dot",
+        "--seeds",
+        "1",
+        "2",
+    ]
+    assert study_script.main(["commands", str(folder), "--work-dir", str(work), *spec]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[3:5] for line in lines] == [["a", "1"], ["d", "1"], ["a", "2"], ["d", "2"]]
+    assert all(f"--work-dir {work}" in line for line in lines)
+    other = ["--variant", "a", "--score scaled", "--seeds", "1"]
+    assert study_script.main(["commands", str(folder), "--work-dir", str(work), *other]) == 2
+    assert "holds another study" in capsys.readouterr().err
+    assert study_script.main(["status", str(folder), "--work-dir", str(work)]) == 0
+    assert capsys.readouterr().out.split() == ["a-seed1", "new", "d-seed1", "new", "a-seed2",
+                                               "new", "d-seed2", "new"]  # fmt: skip
