@@ -87,9 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
 def spec_from(args: argparse.Namespace) -> StudySpec | None:
     """The spec the flags or --config give; None when they give none (continue the saved one)."""
     if args.config:
-        from seq2seq.yaml_config import read_yaml
+        from seq2seq.yaml_config import load_yaml
 
-        return StudySpec.from_dict(read_yaml(args.config), args.config)
+        _, data = load_yaml(args.config)
+        if not isinstance(data, dict):
+            raise UserError(f"--config {args.config}: expected a mapping (variants, seeds, ...)")
+        return StudySpec.from_dict(data, args.config)
     if not args.variant and not args.seeds:
         return None
     return StudySpec.from_dict(

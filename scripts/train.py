@@ -1,13 +1,19 @@
 """Train a translator: `python scripts/train.py --score additive` (see --help for every flag)."""
 
 import dataclasses
+import logging
 import os
+import signal
 import sys
+import time
+import typing
 import warnings
-from datetime import timedelta
 
 from seq2seq.config import TrainConfig, cli_message, parse_args
-from seq2seq.errors import TrainingDiverged, UserError
+from seq2seq.errors import STOPPED, Stopped, TrainingDiverged, UserError
+
+STOP_SIGNALS = [signal.SIGTERM, *(getattr(signal, f"SIG{name}") for name in typing.get_args(
+    TrainConfig.__annotations__["stop_signal"]))]  # fmt: skip
 
 
 def build_trainer(cfg: TrainConfig, callbacks: list, logger) -> "L.Trainer":  # noqa: F821
@@ -33,7 +39,6 @@ def build_trainer(cfg: TrainConfig, callbacks: list, logger) -> "L.Trainer":  # 
         max_epochs=cfg.max_epochs,
         max_steps=cfg.max_steps,
         accumulate_grad_batches=cfg.accumulate_grad_batches,
-        max_time=None if cfg.max_minutes is None else timedelta(minutes=cfg.max_minutes),
         logger=logger,
         callbacks=callbacks,
         plugins=[AtomicCheckpointIO()],  # a kill during a save keeps the previous checkpoint
@@ -45,30 +50,62 @@ def build_trainer(cfg: TrainConfig, callbacks: list, logger) -> "L.Trainer":  # 
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Training takes over the stop signals (seq2seq.stops); a caller in the same process (a test,
+    # a notebook) gets its own handlers back however training ends.
+    handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    started = time.monotonic()  # --max-minutes counts from here: each process has its own budget
     try:
         cfg = parse_args(argv)
-        return train(cfg)
+        return train(cfg, started)
     except UserError as err:
         _print_error(err)
         return 2
     except TrainingDiverged as err:
         _print_error(err)
         return 3
+    except Stopped as stop:
+        if _rank_zero():
+            print(stop_message(stop), file=sys.stderr)
+        return STOPPED
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+
+
+def stop_message(stop: Stopped) -> str:
+    """The one line a polite stop prints: why, what was saved, and how to go on."""
+    if stop.step is None:
+        return f"{stop.reason} before training began; nothing new to save"
+    return (
+        f"{stop.reason}: saved {stop.checkpoint} at update {stop.step}; continue with the same "
+        f"command and --resume {stop.checkpoint}"
+    )
+
+
+def _rank_zero() -> bool:
+    # DDP re-runs this script once per extra rank (LOCAL_RANK set); one message is enough.
+    return os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0"
 
 
 def _print_error(err: Exception) -> None:
-    # DDP re-runs this script once per extra rank (LOCAL_RANK set); one message is enough.
-    if os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0":
+    if _rank_zero():
         print(f"error: {cli_message(err)}", file=sys.stderr)
 
 
-def train(cfg: TrainConfig) -> int:
+def _no_tips(record: logging.LogRecord) -> bool:
+    """False for Lightning's advert lines ("💡 Tip: ... try installing litlogger")."""
+    return not record.getMessage().startswith("💡 Tip:")
+
+
+def train(cfg: TrainConfig, started: float | None = None) -> int:
+    """Train as `cfg` says; `started`: `time.monotonic()` when this process began (default: now)."""
     import lightning as L
     from lightning.pytorch.callbacks import EarlyStopping
     from lightning.pytorch.loggers import TensorBoardLogger
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from seq2seq.callbacks import AlignmentErrorRate, AttentionHeatmaps, TokensPerSecond
-    from seq2seq.data import TranslationDataModule, check_same_order
+    from seq2seq.data import TranslationDataModule, check_same_corpus, check_same_order
     from seq2seq.guards import NonFiniteLossGuard
     from seq2seq.launch import check_hardware, trainer_error
     from seq2seq.models import build_model, model_args_from
@@ -80,11 +117,15 @@ def train(cfg: TrainConfig) -> int:
         remove_stale_temporaries,
         resume_plan,
     )
+    from seq2seq.stops import PoliteStop
     from seq2seq.system import TranslationSystem
 
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     # Validation metrics come from outputs gathered across ranks: every rank logs the same value.
     warnings.filterwarnings("ignore", ".*sync_dist=True.*")
+    # No flag or variable turns Lightning's adverts off (Lightning-AI/pytorch-lightning#21294); its
+    # console loggers are the documented handle on what it prints.
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_no_tips)
     # Bad input is refused before any data work: the hardware flags, the run folder, the checkpoint.
     slow = check_hardware(cfg.accelerator, cfg.devices, cfg.strategy, cfg.precision)
     folder, ckpt_path = resume_plan(cfg.log_dir, cfg.name, cfg.resume)
@@ -96,8 +137,13 @@ def train(cfg: TrainConfig) -> int:
         folder.save_dir, name=folder.name, version=folder.version, default_hp_metric=False
     )
     ckpt_dir = os.path.join(logger.log_dir, "checkpoints")
+    # Installed now, so a stop asked for while the data is prepared is not lost, and Lightning's
+    # SLURM handler (which writes hpc_ckpt files --resume never reads) finds the signal taken.
+    stop = PoliteStop(ckpt_dir, cfg.stop_signal, cfg.max_minutes, started)
+    stop.install()
     callbacks = [
         *checkpoint_callbacks(ckpt_dir, cfg.keep_best),
+        stop,
         TokensPerSecond(),
         NonFiniteLossGuard(),
         AlignmentErrorRate(),  # val/aer, when the corpus has a gold <val split>.align file
@@ -137,6 +183,7 @@ def train(cfg: TrainConfig) -> int:
         guided_alignment_cost=cfg.guided_alignment_cost,
     )
     if checkpoint is not None:
+        check_same_corpus(dm, checkpoint, ckpt_path)
         check_fits(system, dm.tokenizer.to_bytes(), checkpoint, ckpt_path)
         resumed_step, checkpoint = checkpoint["global_step"], None  # fit reloads it; free memory
         warnings.filterwarnings("ignore", ".*exists and is not empty.*")  # it is ours, resumed
@@ -151,8 +198,12 @@ def train(cfg: TrainConfig) -> int:
             f"Logging to {logger.log_dir}; watch it with:\n"
             f"  tensorboard --logdir {folder.save_dir} --samples_per_plugin images=1000"
         )
+    if stop.requested:  # asked to stop while the data was prepared: nothing new to save
+        raise Stopped(stop.requested, None, None)
     try:
         trainer.fit(system, datamodule=dm, ckpt_path=ckpt_path)
+    except SIGTERMException:  # Lightning's handler, in the moment before PoliteStop takes over
+        raise Stopped("stopped by SIGTERM", None, None) from None
     finally:
         # Lightning leaves its progress bars open when fit raises (a diverged run, a crash): close
         # them, or their last state is printed at interpreter exit, after our one-line error.

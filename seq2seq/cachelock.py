@@ -16,10 +16,12 @@ What a kill -9 leaves behind, and why it never blocks the next start:
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import shutil
 import socket
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +32,10 @@ from pathlib import Path
 from seq2seq.errors import UserError
 
 POLL_SECONDS = 0.5  # how often a waiting process tries the lock again
+# What a file system without locks answers: Lustre without flock (ENOSYS), NFS without a lock daemon
+# (ENOLCK), others (EOPNOTSUPP, ENOTSUP). The build then goes on unlocked: publishing tolerates
+# racing builders (temporaries by owner, renames that keep the first complete result).
+NO_LOCKS = {errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP}
 
 
 @dataclass(frozen=True)
@@ -86,10 +92,21 @@ def exclusive(lock: Path, log: Callable[[str], None]) -> Iterator[None]:
     """Hold the lock `lock` (created if missing) for the block; `log` tells the user when waiting."""
     try:
         lock.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_shared(lock)
+    except PermissionError as err:
+        if lock.exists() and os.access(lock.parent, os.W_OK):  # another user's private lock file
+            raise UserError(
+                f"`cache_dir` {lock.parent}: cannot open the lock file {lock.name} "
+                f"({err.strerror}); its owner can share it: chmod g+w {lock}"
+            ) from None
+        raise UserError(f"`cache_dir` {lock.parent}: cannot write there ({err.strerror})") from None
     except OSError as err:
         raise UserError(f"`cache_dir` {lock.parent}: cannot write there ({err.strerror})") from None
     try:
+        if not _lockable(fd):
+            log(f"{lock.parent}: this file system has no locks; building without one")
+            yield
+            return
         waited_for = None
         while not _try_lock(fd, lock):
             holder = _holder(lock)
@@ -110,17 +127,40 @@ def exclusive(lock: Path, log: Callable[[str], None]) -> Iterator[None]:
         os.close(fd)
 
 
+def _open_shared(lock: Path) -> int:
+    """Open (or create) the lock file so that whoever may write in its folder may lock it: a cache
+    shared by a group is group-writable, and so is its lock (the umask would make it 0644)."""
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    folder = os.stat(lock.parent).st_mode
+    wanted = 0o644 | (folder & (stat.S_IWGRP | stat.S_IWOTH))
+    try:
+        if os.fstat(fd).st_mode & 0o777 != wanted:
+            os.fchmod(fd, wanted)
+    except PermissionError:  # another user's lock file: its owner set its mode
+        pass
+    return fd
+
+
+def _lockable(fd: int) -> bool:
+    """Whether the file system can lock at all (held by another process counts as yes)."""
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except (BlockingIOError, PermissionError):
+        return True
+    except OSError as err:
+        if err.errno in NO_LOCKS:
+            return False
+        raise
+    fcntl.lockf(fd, fcntl.LOCK_UN)
+    return True
+
+
 def _try_lock(fd: int, lock: Path) -> bool:
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
     except (BlockingIOError, PermissionError):  # EAGAIN or EACCES: held by another process
         return False
-    except OSError as err:  # e.g. ENOLCK: a network filesystem without locks
-        raise UserError(
-            f"`cache_dir` {lock.parent}: cannot lock {lock.name} ({err.strerror}); "
-            "prepare the cache once with scripts/prepare.py before starting many processes"
-        ) from None
 
 
 def _holder(lock: Path) -> Owner | None:

@@ -108,7 +108,9 @@ class TrainConfig:
         f"{DEFAULT_EPOCHS['transformer']} for transformer)",
     )
     max_minutes: float | None = _opt(
-        None, "also stop after this many minutes of training; checkpoints are kept"
+        None,
+        "stop after this many minutes of this process (a resumed run gets its own), on an update "
+        "boundary, with last.ckpt saved; exit status 4",
     )
     max_steps: int = _opt(-1, "stop after this many updates (-1: no limit)")
     val_every: int | None = _opt(None, "validate every N updates (default: once per epoch)")
@@ -135,6 +137,11 @@ class TrainConfig:
     devices: str = _opt("auto", "Lightning devices: a count, a list, or auto")
     num_nodes: int = _opt(1, "machines of a multi-node run (torchrun or SLURM)")
     strategy: str = _opt("auto", "Lightning strategy, e.g. ddp")
+    stop_signal: Literal["USR1", "USR2", "INT", "HUP", "QUIT"] = _opt(
+        "USR1",
+        "besides SIGTERM, the signal that stops training politely (last.ckpt saved, exit status 4); "
+        "SLURM: sbatch --signal=B:USR1@120",
+    )
     resume: str | None = _opt(
         None, "continue a run: a checkpoint PATH, or the latest run when no PATH"
     )

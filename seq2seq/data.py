@@ -5,7 +5,6 @@ Batches themselves (token budget, padding, masks) are seq2seq.batching's.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -24,8 +23,10 @@ from seq2seq.tokenizer import Tokenizer
 from seq2seq.transformer_layers import POSITIONS
 
 # The flags that fix the order of training batches and the learning-rate horizon: a resumed run must
-# use the checkpoint's, or its count of batches done points into another order.
-ORDER_FLAGS = ("seed", "batch_tokens", "accumulate_grad_batches", "max_len")
+# use the checkpoint's, or its count of batches done points into another order (or another corpus
+# prefix), and the cosine schedule's last step moves, so the rate jumps.
+ORDER_FLAGS = ("seed", "batch_tokens", "accumulate_grad_batches", "max_len", "limit_train_pairs",
+               "max_steps", "max_epochs")  # fmt: skip
 
 
 class LazySplits(Mapping):
@@ -51,9 +52,13 @@ def load_split(path: Path) -> Any:
     """A prepared split folder as one memory-mapped `datasets.Dataset`, with the same columns."""
     import datasets  # after lightning: its import is slow, and only needed here
 
-    shards = json.loads((path / "meta.json").read_text())["shards"]
-    parts = [datasets.Dataset.from_file(str(path / name)) for name in shards]
-    return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+    from seq2seq.prepare import check_rows, read_meta
+
+    meta = read_meta(path)
+    parts = [datasets.Dataset.from_file(str(path / name)) for name in meta["shards"]]
+    split = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+    check_rows(path, meta, len(split))  # a shard cut at a record batch reads short
+    return split
 
 
 class TranslationDataModule(L.LightningDataModule):
@@ -80,6 +85,7 @@ class TranslationDataModule(L.LightningDataModule):
         self.counts: dict[str, int] = {}
         self._resume_at: tuple[int, int] | None = None  # (epoch, batches done) from a checkpoint
         self._rows: dict[str, SplitRows] = {}
+        self.corpus_hash: str | None = None  # meta.json's SHA-1 of the training pairs
 
     def prepare_data(self) -> None:
         prepare(self.cfg, self.test_split)  # no state here: Lightning calls it on one rank only
@@ -94,6 +100,7 @@ class TranslationDataModule(L.LightningDataModule):
         for name in set(prepared.paths) - {"train"}:
             self.datasets[name]  # small: opened now (and `datasets` imported), train when asked
         self._rows = {name: SplitRows(path) for name, path in prepared.paths.items()}
+        self.corpus_hash = prepared.meta["train"].get("sha1")  # of the training pairs as read
         for name in prepared.paths:
             self.counts[f"{name}/empty"] = prepared.meta[name]["empty"]
         for name in prepared.paths:
@@ -138,7 +145,8 @@ class TranslationDataModule(L.LightningDataModule):
             return {}
         done = self.trainer.fit_loop.epoch_loop.batch_progress.current.completed
         order = order_settings(self.cfg, self.trainer.world_size)
-        return {"epoch": self.trainer.current_epoch, "batches_done": done, "order": order}
+        state = {"epoch": self.trainer.current_epoch, "batches_done": done, "order": order}
+        return {**state, "corpus": self.corpus_hash}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state:
@@ -234,7 +242,19 @@ def check_same_order(cfg: TrainConfig, world_size: int, checkpoint: dict, path: 
         here = ", ".join(str(now[name]) for name in changed)
         raise UserError(
             f"{path}: trained with {then} (now {here}); resume with the same settings: they fix "
-            "the order of training batches"
+            "the order of training batches and the learning-rate schedule"
+        )
+
+
+def check_same_corpus(data: TranslationDataModule, checkpoint: dict, path: Path) -> None:
+    """Refuse to resume `checkpoint` on other training pairs than it trained on (edited files, or
+    another corpus under the same name): its count of batches done would point into other data."""
+    state = checkpoint.get(TranslationDataModule.__qualname__) or {}
+    saved, now = state.get("corpus"), data.corpus_hash
+    if saved is not None and now is not None and saved != now:
+        raise UserError(
+            f"{path}: trained on other training pairs (SHA-1 {saved[:12]}, now {now[:12]}); "
+            "resume on the corpus it trained on"
         )
 
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from seq2seq.atomic import atomic_write_text, fsync_folder
 from seq2seq.cachelock import exclusive, remove_orphans, temporary_name
 from seq2seq.corpus import CHUNK_PAIRS, CorpusSource, Pairs, resolve_corpus, stream_pairs
 from seq2seq.errors import UserError
@@ -82,19 +83,31 @@ def prepare(
         f"{source.name}-{'-'.join(langs)}-{cfg.limit_train_pairs or 'all'}-"
         f"{source.fingerprint(names['train'], tuple(langs))}"
     )
-    ready = _complete(cfg, source, names, key)
+    try:
+        ready = _complete(cfg, source, names, key)
+    except DamagedSplit as damaged:  # rebuilt below, under the lock
+        _log(f"{damaged.folder}: damaged ({damaged.problem}); rebuilding it")
+        ready = None
     if ready is not None:  # the usual case once prepared: no lock, so read-only caches work too
         return ready
     with exclusive(Path(cfg.cache_dir) / f"{key}.lock", _log):
-        ready = _complete(cfg, source, names, key)  # another process may have built it meanwhile
+        try:  # another process may have built it while this one waited
+            ready = _complete(cfg, source, names, key)
+        except DamagedSplit:
+            ready = None
         if ready is not None:
             return ready
         tokenizer = _tokenizer(cfg, source, names["train"], key, chunk_size)
         for role, split in names.items():
             path = _split_path(cfg, source, split, tokenizer)
             workers = (cfg.prepare_workers or _cores()) if role == "train" else 1
-            if not path.exists():
-                _encode_split(cfg, source, split, tokenizer, path, workers, chunk_size)
+            if path.exists():  # whole, or damaged: built again
+                try:
+                    read_meta(path)
+                    continue
+                except DamagedSplit:
+                    shutil.rmtree(path)
+            _encode_split(cfg, source, split, tokenizer, path, workers, chunk_size)
     ready = _complete(cfg, source, names, key)
     if ready is None:  # cannot happen with a working lock; say so rather than fail obscurely
         raise UserError(f"`cache_dir` {cfg.cache_dir}: the cache changed while it was being built")
@@ -124,8 +137,44 @@ def _complete(
     paths = {role: _split_path(cfg, source, split, tokenizer) for role, split in names.items()}
     if not all((p / "meta.json").exists() for p in paths.values()):
         return None
-    meta = {role: json.loads((p / "meta.json").read_text()) for role, p in paths.items()}
+    meta = {role: read_meta(p) for role, p in paths.items()}
     return Prepared(tokenizer, file, paths, names, source.location, meta)
+
+
+class DamagedSplit(UserError):
+    """A prepared split that is not what its meta.json says (a crash soon after it was written, an
+    interrupted copy): `folder` is rebuilt."""
+
+    def __init__(self, folder: Path, problem: str) -> None:
+        super().__init__(f"{folder}: damaged ({problem}); delete it to rebuild it")
+        self.folder, self.problem = folder, problem
+
+
+def read_meta(folder: Path) -> dict[str, Any]:
+    """A split's meta.json, checked against the shards on disk (their sizes; the row counts are
+    checked where the shards are read, seq2seq.split_rows and seq2seq.data.load_split)."""
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+        rows, shards = int(meta["rows"]), list(meta["shards"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise DamagedSplit(folder, f"meta.json unreadable: {type(err).__name__}") from None
+    sizes = meta.get("shard_bytes")  # absent in caches written before it was recorded
+    for i, name in enumerate(shards):
+        try:
+            size = (folder / name).stat().st_size
+        except OSError:
+            raise DamagedSplit(folder, f"{name} is missing") from None
+        if sizes is not None and size != sizes[i]:
+            raise DamagedSplit(folder, f"{name} has {size:,} bytes, meta.json says {sizes[i]:,}")
+    if rows < 0:
+        raise DamagedSplit(folder, f"meta.json says {rows} rows")
+    return meta
+
+
+def check_rows(folder: Path, meta: dict[str, Any], found: int) -> None:
+    """Refuse a split whose shards hold another number of rows than its meta.json says."""
+    if found != meta["rows"]:
+        raise DamagedSplit(folder, f"{found:,} rows in its shards, meta.json says {meta['rows']:,}")
 
 
 def _spm_key(cfg: TrainConfig, key: str) -> str:
@@ -208,26 +257,53 @@ def _encode_split(
             chunks = attach_links(chunks, cfg.guided_alignment, limit is not None)
         chunks = encode_chunks(chunks, tok, workers, dtype, job)
         start, cpu, rows, empty, fill = time.perf_counter(), _cpu(), 0, 0, 0
+        digest = hashlib.sha1()  # of the pairs as read: a resume checks it is the same corpus
         shards: list[str] = []
+        shard_rows: list[int] = []
         writer = None
-        for chunk, ids in chunks:
-            if writer is None or fill >= SHARD_PAIRS:
-                writer, fill = _next_shard(writer, tmp, shards, schema), 0
-            writer.write_batch(_record_batch(chunk, ids, rows, schema))
-            rows, empty, fill = rows + len(chunk), empty + chunk.empty, fill + len(chunk)
-        (writer or _next_shard(None, tmp, shards, schema)).close()  # an empty split: one shard
-        seconds = time.perf_counter() - start
-        meta = {"rows": rows, "empty": empty, "shards": shards, "seconds": round(seconds, 1)}
-        (tmp / "meta.json").write_text(json.dumps(meta))
+        try:
+            for chunk, ids in chunks:
+                if writer is None or fill >= SHARD_PAIRS:
+                    writer, fill = _next_shard(writer, tmp, shards, schema), 0
+                    shard_rows.append(0)
+                writer.write_batch(_record_batch(chunk, ids, rows, schema))
+                for side in (chunk.src, chunk.tgt):
+                    digest.update("\n".join(side).encode() + b"\0")
+                rows, empty, fill = rows + len(chunk), empty + chunk.empty, fill + len(chunk)
+                shard_rows[-1] += len(chunk)
+            if writer is None:  # an empty split: one empty shard
+                writer = _next_shard(None, tmp, shards, schema)
+                shard_rows.append(0)
+            writer.close()
+            sizes = [_fsynced(tmp / name) for name in shards]
+            seconds = time.perf_counter() - start
+            meta = {"rows": rows, "empty": empty, "shards": shards, "shard_rows": shard_rows,
+                    "shard_bytes": sizes, "sha1": digest.hexdigest(),
+                    "seconds": round(seconds, 1)}  # fmt: skip
+            atomic_write_text(tmp / "meta.json", json.dumps(meta))
+            fsync_folder(tmp)  # the folder's entries reach the disk before its new name does
+        except OSError as err:  # a full disk, a quota, `ulimit -f`: nothing is published
+            raise UserError(f"{path}: cannot write the cache ({err.strerror or err})") from None
         try:
             os.replace(tmp, path)  # all or nothing
         except OSError:  # a builder on another machine (a lock that did not reach it) was first
             if not (path / "meta.json").exists():
                 raise
+        fsync_folder(path.parent)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     rate = f"{rows / max(seconds, 1e-9):,.0f} pairs/s, {workers} proc, {_cpu() - cpu:.0f} CPU s"
     _log(f"encoded {split}: {rows:,} pairs in {seconds:.1f} s ({rate})")
+
+
+def _fsynced(path: Path) -> int:
+    """Flush `path` to the disk; its size in bytes."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
 
 
 def _next_shard(writer: Any, folder: Path, shards: list[str], schema: pa.Schema) -> Any:

@@ -3,7 +3,6 @@ a time with `os.pread`, so that training memory does not follow the size of the 
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,10 @@ class SplitRows(Dataset):
     ]
 
     def __init__(self, path: Path) -> None:
-        shards = json.loads((path / "meta.json").read_text())["shards"]
+        from seq2seq.prepare import check_rows, read_meta
+
+        meta = read_meta(path)
+        shards = meta["shards"]
         self.files, self._fds = [str(path / name) for name in shards], {}
         firsts, where = [0], []  # first row of each record batch; its shard and buffer offsets
         self.columns = list(self.COLUMNS)
@@ -46,6 +48,7 @@ class SplitRows(Dataset):
         self.dtype = np.dtype(value_type.to_pandas_dtype()) if where else np.dtype(np.uint16)
         self.firsts = np.array(firsts)  # (batches + 1,)
         self.where = np.array(where, np.int64).reshape(-1, 1 + len(self.columns))  # (batches, 7|9)
+        check_rows(path, meta, int(self.firsts[-1]))  # a shard cut at a record batch reads short
 
     def __len__(self) -> int:
         return int(self.firsts[-1])

@@ -6,6 +6,8 @@ encode sources and decode hypotheses.
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import io
 import multiprocessing
 import os
@@ -21,7 +23,11 @@ from typing import Any
 import numpy as np
 import sentencepiece as spm
 
+from seq2seq.atomic import atomic_write_text, fsync_folder
 from seq2seq.errors import UserError
+
+# What os.link answers on a file system without hard links (FAT, some FUSE and network mounts).
+NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EXDEV}
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 # sentencepiece's model depends on its trainer's thread count (1, 2 and 16 threads give three different
@@ -240,10 +246,27 @@ def tokenizer_path(cache_dir: str | Path, key: str, vocab_size: int) -> Path:
     return Path(cache_dir) / f"spm-{key}-v{vocab_size}-{RECIPE}.model"
 
 
+def checksum_path(path: Path) -> Path:
+    """The SHA-256 of a cached model, written beside it before it is published."""
+    return path.with_name(path.name + ".sha256")
+
+
 def load_tokenizer(path: Path) -> Tokenizer:
-    """A cached model; a corrupt file is a UserError naming it."""
+    """A cached model, checked against its checksum when it has one; a damaged or corrupt file is a
+    UserError naming it. (A cut model can still parse: one cut at 135,168 bytes loaded as a
+    7,598-piece tokenizer, which would encode the corpus with other ids.)"""
+    data = path.read_bytes()
     try:
-        return Tokenizer.from_bytes(path.read_bytes())
+        expected = checksum_path(path).read_text().strip()
+    except OSError:
+        expected = None  # a cache of an earlier version, or a model placed by hand
+    if expected is not None and hashlib.sha256(data).hexdigest() != expected:
+        raise UserError(
+            f"{path}: damaged ({len(data):,} bytes that do not match its checksum "
+            f"{checksum_path(path).name}); delete both to retrain"
+        )
+    try:
+        return Tokenizer.from_bytes(data)
     except UserError as err:
         raise UserError(f"{path}: {err} (delete it to retrain)") from None
 
@@ -274,18 +297,31 @@ def load_or_train_tokenizer(
     tokenizer = Tokenizer.train(texts_fn(), vocab_size, sample=sample)
     cache_dir.mkdir(parents=True, exist_ok=True)
     remove_orphans(path, lambda message: print(f"prepare: {message}", file=sys.stderr))
-    # Written beside the target under this process's name, then published with a hard link, which
-    # fails when the name exists: a kill leaves no half model, and where two machines trained at
-    # once (a lock that did not reach across them) the first model published is the one both use.
+    # Written beside the target under this process's name, fsynced, then published with a hard
+    # link, which fails when the name exists: a kill leaves no half model, and where two machines
+    # trained at once (a lock that did not reach across them) the first model published is the one
+    # both use. The publisher then writes its checksum beside it, for every later load to check.
+    data = tokenizer.to_bytes()
     tmp = temporary_name(path)
     try:
-        tmp.write_bytes(tokenizer.to_bytes())
-        os.chmod(tmp, 0o644)  # the cache is shared like the data
-        os.link(tmp, path)
-    except FileExistsError:
-        return load_tokenizer(path)
-    except OSError:  # a filesystem without hard links: a rename is atomic too, last one wins
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+            os.chmod(tmp, 0o644)  # the cache is shared like the data
+        except OSError as err:  # a full disk, a quota: nothing is published
+            raise UserError(f"{path}: cannot write the tokenizer ({err.strerror})") from None
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return load_tokenizer(path)
+        except OSError as err:
+            if err.errno not in NO_HARD_LINKS:
+                raise UserError(f"{path}: cannot publish the tokenizer ({err.strerror})") from None
+            os.replace(tmp, path)  # a file system without hard links: a rename is atomic too
+        fsync_folder(path.parent)
+        atomic_write_text(checksum_path(path), hashlib.sha256(data).hexdigest() + "\n")
     finally:
         tmp.unlink(missing_ok=True)
     return tokenizer

@@ -10,6 +10,7 @@ string is expected (`lr: 1`, `devices: 2`), nothing else is converted.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from pathlib import Path
@@ -20,24 +21,49 @@ import yaml
 from seq2seq.errors import UserError
 
 
+class Loader(yaml.SafeLoader):
+    """YAML 1.1's safe loader, except that `1e-3` is a float, as in YAML 1.2 and in every config
+    people write (YAML 1.1 reads it as a string: its floats need a dot, `1.0e-3`)."""
+
+
+Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+def load_yaml(path: str, flag: str = "--config") -> tuple[Any, Any]:
+    """The node tree (None for an empty file) and the values of YAML file `path`; an unreadable
+    file or invalid YAML is a UserError naming `flag` and the file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        node = yaml.compose(text, Loader=Loader)  # the node tree keeps each key's line
+    except OSError as err:
+        raise UserError(f"{flag} {path}: cannot read it ({err.strerror})") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise UserError(f"{flag} {path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    return node, yaml.load(text, Loader=Loader)
+
+
 def read_yaml(path: str, schema: type) -> dict[str, Any]:
     """The values of YAML file `path` by field name of the dataclass `schema`.
 
     Raises UserError naming the file (and line) for an unreadable file, invalid YAML, a document that
     is not a mapping, an unknown key, or a value of the wrong type.
     """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-        node = yaml.compose(text)  # the node tree keeps each key's line for the messages
-    except OSError as err:
-        raise UserError(f"--config {path}: cannot read it ({err.strerror})") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise UserError(f"--config {path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    node, data = load_yaml(path)
     if node is None:
         return {}
     if not isinstance(node, yaml.MappingNode):
         raise UserError(f"--config {path}: expected a mapping of flag names to values")
-    data = yaml.safe_load(text)
     hints = typing.get_type_hints(schema)
     fields = {f.name for f in dataclasses.fields(schema)}
     values = {}

@@ -145,7 +145,10 @@ def test_two_processes_on_a_cold_cache_build_it_once(tiny_corpus: Path, tmp_path
     assert (
         sorted([built_a, built_b]) == [False, True] and inode_a == inode_b
     )  # one folder, read by both
-    assert sum("waiting for another process" in err for _, err in outcomes) <= 1
+    # The other one waited, and said whom for: the builder, by its pid.
+    builder, waiter = (0, 1) if built_a else (1, 0)
+    assert "waiting for" not in outcomes[builder][1]
+    assert f"waiting for pid {children[builder].pid} on " in outcomes[waiter][1]
 
 
 def test_prepare_script_reports_the_cache(tiny_corpus: Path, tmp_path: Path, capsys) -> None:

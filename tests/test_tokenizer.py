@@ -82,7 +82,9 @@ def test_cache_is_reused(
     load_or_train_tokenizer(tmp_path, texts, 70, key="tiny-en")  # other settings, other file
     assert calls == [60, 70] and sorted(p.name for p in tmp_path.iterdir()) == [
         f"spm-tiny-en-v60-{tok.RECIPE}.model",
+        f"spm-tiny-en-v60-{tok.RECIPE}.model.sha256",  # checked at every later load
         f"spm-tiny-en-v70-{tok.RECIPE}.model",
+        f"spm-tiny-en-v70-{tok.RECIPE}.model.sha256",
     ]
 
 
@@ -112,7 +114,7 @@ def test_the_first_model_published_wins(tmp_path: Path, tiny_corpus: Path) -> No
     finally:
         Path.exists = real_exists
     assert path in calls and other.to_bytes() == first.to_bytes() == path.read_bytes()
-    assert sorted(os.listdir(tmp_path)) == [path.name]
+    assert sorted(os.listdir(tmp_path)) == [path.name, path.name + ".sha256"]  # the first's
 
 
 def test_corrupt_cache_names_the_file(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from seq2seq.errors import STOPPED
 from tests.conftest import load_script, tiny_train_args, write_corpus
 
 train = load_script("train")
@@ -41,15 +42,31 @@ def test_train_writes_logs_and_checkpoints_and_loss_falls(
         assert scalars(run, tag), tag
 
 
-def test_max_minutes_stops_early_and_keeps_the_last_checkpoint(tiny_corpus, tmp_path, monkeypatch):
+def test_max_minutes_is_a_budget_per_process_and_a_resumed_run_trains_on(
+    tiny_corpus, tmp_path, monkeypatch, capsys
+):
     monkeypatch.chdir(tmp_path)
-    args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--max-steps", "100000")
-    assert train.main(args + ["--max-minutes", "0.001"]) == 0  # 60 ms: a few updates at most
-    last = torch.load(
-        tmp_path / "runs" / "rnn-additive" / "version_0" / "checkpoints" / "last.ckpt",
-        weights_only=True,
+    args = tiny_train_args(
+        tiny_corpus, tmp_path / "runs", "--max-steps", "40", "--val-every", "1000"
     )
-    assert 1 <= last["global_step"] < 1000
+    last = tmp_path / "runs" / "rnn-additive" / "version_0" / "checkpoints" / "last.ckpt"
+
+    def step() -> int:
+        return torch.load(last, weights_only=True)["global_step"]
+
+    # 60 ms of this process: it stops on an update boundary with last.ckpt saved, and says so.
+    assert train.main(args + ["--max-minutes", "0.001"]) == STOPPED
+    first = step()
+    assert 1 <= first < 40
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == (f"stopped by --max-minutes 0.001: saved {last} at update "
+                   f"{first}; continue with the same command and --resume "
+                   f"{last}")  # fmt: skip
+    # The same command resumed gets its own 60 ms (the checkpoint's elapsed time does not count).
+    resume = ["--resume", str(last)]
+    assert train.main(args + ["--max-minutes", "0.001", *resume]) == STOPPED
+    assert first < step() < 40
+    assert train.main(args + resume) == 0 and step() == 40
 
 
 def test_mismatched_corpus_is_refused_with_both_counts(tmp_path, monkeypatch, capsys):
