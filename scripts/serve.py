@@ -1,0 +1,108 @@
+"""Serve checkpoints: `python scripts/serve.py CKPT [CKPT ...] [--port 8000]`, then open the page.
+
+One process loads each checkpoint once and serves, at http://HOST:PORT/, the attention explorer (a
+sentence in; each model's translation, attention heatmap and word alignment side by side) and the
+JSON API described in seq2seq/serving.py and docs/serving.md. Models are named after their files
+(`additive.ckpt` -> additive; a repeated name gets -2, -3, ...). Needs `pip install -e ".[serve]"`.
+
+Every checkpoint is loaded before the port is opened: one that cannot be read stops the start with
+one `error:` line and exit status 2, and so does a port that is taken.
+"""
+
+import argparse
+import socket
+import sys
+from pathlib import Path
+
+from seq2seq.config import DefaultsFormatter, add_flags, cli_message
+from seq2seq.decoding_flags import pick_device
+from seq2seq.errors import UserError
+from seq2seq.serve_requests import Limits
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Serve checkpoints: an attention explorer page at / and a JSON API under "
+        "/api (docs/serving.md). Requests for a model are queued and translated in batches.",
+        formatter_class=DefaultsFormatter,
+    )
+    parser.add_argument("checkpoints", metavar="CKPT", nargs="+", help="checkpoints to serve")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)"
+    )
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free)")
+    parser.add_argument(
+        "--device", default="auto", help="cpu, cuda, cuda:1, ... (auto: cuda if available)"
+    )
+    add_flags(parser, Limits)
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
+                        help="uvicorn's log level (info: one line per request)")  # fmt: skip
+    return parser
+
+
+def model_names(paths: list[str]) -> list[str]:
+    """File stems, made unique in order: a.ckpt, b.ckpt, a.ckpt -> a, b, a-2."""
+    names: list[str] = []
+    for path in paths:
+        stem, name, n = Path(path).stem, Path(path).stem, 1
+        while name in names:
+            n += 1
+            name = f"{stem}-{n}"
+        names.append(name)
+    return names
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        limits = Limits(args.max_batch, args.max_queue, args.max_chars, args.max_beam)
+        app = load(args, limits)
+        sock = listen(args.host, args.port)
+    except UserError as err:
+        print(f"error: {cli_message(err)}", file=sys.stderr)
+        return 2
+    host, port = sock.getsockname()[:2]
+    print(f"serving {len(args.checkpoints)} model(s) at http://{host}:{port}/", flush=True)
+    run(app, sock, args.log_level)
+    return 0
+
+
+def load(args: argparse.Namespace, limits: Limits) -> "FastAPI":  # noqa: F821
+    """The app over every checkpoint, loaded once; the first that cannot be loaded is a UserError."""
+    try:
+        from seq2seq.serving import build_app
+    except ImportError as err:
+        raise UserError(f'{err.name} is missing: pip install -e ".[serve]"') from None
+    from seq2seq.translator import Translator
+
+    device = pick_device(args.device)
+    translators = {
+        name: Translator.load(path, device)  # a UserError names the file and what is wrong
+        for name, path in zip(model_names(args.checkpoints), args.checkpoints, strict=True)
+    }
+    return build_app(translators, limits)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to (host, port) and listening; a UserError if the address cannot be had."""
+    try:
+        info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(info[0], socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(info[4])
+        sock.listen(128)
+    except OSError as err:
+        raise UserError(f"--host {host} --port {port}: cannot listen ({err.strerror})") from None
+    return sock
+
+
+def run(app: "FastAPI", sock: socket.socket, log_level: str) -> None:  # noqa: F821
+    """Serve `app` on `sock` until Ctrl-C or SIGTERM; queued requests are finished first."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=10))
+    server.run(sockets=[sock])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
