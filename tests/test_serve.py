@@ -1,0 +1,463 @@
+"""The translation server: its API against Translator, bad input, the busy queue, the page in Chromium.
+
+Servers run on 127.0.0.1 only, on ports the OS picks. A model that must be busy is held in its
+translate call by an event (GatedTranslator), so "busy" and "left the queue" are states the test
+waits for, not timing it hopes for. Every wait has a deadline.
+"""
+
+import contextlib
+import fcntl
+import http.client
+import json
+import os
+import select
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import uvicorn
+
+from seq2seq.models import build_model
+from seq2seq.serve_batcher import Batcher, Busy
+from seq2seq.serve_requests import Limits
+from seq2seq.serving import build_app
+from seq2seq.tokenizer import Tokenizer
+from seq2seq.translator import Translator
+from tests.conftest import load_script, make_pairs
+
+serve = load_script("serve")
+PAIRS = make_pairs(6, seed=31)
+SENTENCES = [de for de, _ in PAIRS]
+GOOD = {"sentences": SENTENCES[:2], "beam": 2}
+MAX_LEN = 40  # the tiny Transformer's positions: a long source is cut by Translator itself
+LIMITS = Limits(max_batch=4, max_queue=8, max_chars=200)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    """Poll `condition` until it holds; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+def call(base: str, path: str, body: Any = None, raw: bytes | None = None) -> tuple[int, Any]:
+    """GET `path` (no body) or POST `body` as JSON (or the bytes `raw`): status and parsed answer."""
+    host, port = base.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    data = raw if raw is not None else None if body is None else json.dumps(body).encode()
+    try:
+        conn.request("GET" if data is None else "POST", path, body=data)
+        answer = conn.getresponse()
+        return answer.status, json.loads(answer.read())
+    finally:
+        conn.close()
+
+
+def queued(base: str) -> int:
+    return sum(model["queued"] for model in call(base, "/api/models")[1]["models"])
+
+
+@contextlib.contextmanager
+def live_server(translators: dict[str, Translator], limits: Limits) -> Iterator[str]:
+    """build_app served by uvicorn in a thread on 127.0.0.1; yields its base URL."""
+    sock = socket.create_server(
+        ("127.0.0.1", 0)
+    )  # listening now: early clients wait in its backlog
+    server = uvicorn.Server(uvicorn.Config(build_app(translators, limits), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(20)
+        sock.close()
+
+
+class GatedTranslator(Translator):
+    """A Translator that waits in `translate` until `gate` is set: a worker held busy on purpose."""
+
+    def __init__(self, model: Any, tokenizer: Tokenizer) -> None:
+        super().__init__(model, tokenizer)
+        self.gate, self.entered, self.calls = threading.Event(), threading.Event(), 0
+
+    def translate(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        self.entered.set()
+        assert self.gate.wait(30), "the test never opened the gate"
+        return super().translate(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def transformer_checkpoint(tiny_tokenizer: Tokenizer, tmp_path_factory: Any) -> Path:
+    """An untrained one-layer Transformer with MAX_LEN positions, saved as a checkpoint."""
+    torch.manual_seed(0)
+    args = {"model": "transformer", "vocab_size": tiny_tokenizer.vocab_size, "d_model": 16,
+            "heads": 2, "layers": 1, "ff_size": 32, "dropout": 0.0, "max_len": MAX_LEN}  # fmt: skip
+    weights = {f"model.{k}": v for k, v in build_model(args).state_dict().items()}
+    path = tmp_path_factory.mktemp("serve") / "transformer.ckpt"
+    tokenizer = tiny_tokenizer.to_bytes()
+    torch.save({"model_args": args, "state_dict": weights, "tokenizer": tokenizer}, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def paths(tiny_checkpoint: Path, transformer_checkpoint: Path) -> dict[str, Path]:
+    return {"gru": tiny_checkpoint, "transformer": transformer_checkpoint}
+
+
+@pytest.fixture(scope="module")
+def server(paths: dict[str, Path]) -> Iterator[str]:
+    """Both models behind LIMITS; the tests compare against their own Translators."""
+    with live_server({name: Translator.load(path) for name, path in paths.items()}, LIMITS) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def gated(tiny_checkpoint: Path) -> Iterator[tuple[str, GatedTranslator]]:
+    """The GRU held by a gate, behind a queue of one sentence."""
+    loaded = Translator.load(tiny_checkpoint)
+    model = GatedTranslator(loaded.model, loaded.tokenizer)
+    model.gate.set()
+    with live_server({"gru": model}, Limits(max_batch=1, max_queue=1)) as base:
+        yield base, model
+
+
+def as_json(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+@pytest.mark.parametrize("settings", [{"beam": 1}, {"beam": 3, "nbest": 2}])
+def test_translate_answers_as_translator_does(
+    server: str, paths: dict[str, Path], settings: dict[str, int]
+) -> None:
+    status, answer = call(server, "/api/translate", {"sentences": SENTENCES[:4], **settings})
+    assert status == 200 and answer["warnings"] == []
+    assert list(answer["results"]) == ["gru", "transformer"]
+    for name, path in paths.items():
+        direct = Translator.load(path).translate(SENTENCES[:4], return_alignments=True, **settings)
+        assert answer["results"][name] == as_json([r.to_dict(4) for r in direct])
+    assert answer["results"]["gru"][0]["word_alignment"]  # links were asked for and came back
+
+
+def test_align_answers_as_translator_does(server: str, paths: dict[str, Path]) -> None:
+    references = [en for _, en in PAIRS[:3]]
+    body = {"sentences": SENTENCES[:3], "references": references, "models": ["gru"]}
+    status, answer = call(server, "/api/align", body)
+    assert status == 200 and list(answer["results"]) == ["gru"]
+    direct = Translator.load(paths["gru"]).align(SENTENCES[:3], references)
+    assert answer["results"]["gru"] == as_json([r.to_dict(4) for r in direct])
+    assert [r["text"] for r in answer["results"]["gru"]] == references
+
+
+BAD_INPUT = {
+    "blank line": (b'{"sentences": ["Ein Hund", "  "]}', 422, "sentences[1] is blank"),
+    "not UTF-8": (b'{"sentences": ["Ein \xff Hund"]}', 400, "not UTF-8 (byte 20 is 0xff)"),
+    "not JSON": (b'{"sentences": [', 400, "the body is not JSON"),
+    "not an object": (b'["Ein Hund"]', 422, "must be a JSON object, got a list"),
+    "sentences a string": (b'{"sentences": "Ein Hund"}', 422, "must be a list of strings"),
+    "a number for a sentence": (b'{"sentences": [3]}', 422, "sentences[0] must be a string"),
+    "no sentences": (b'{"sentence": ["Ein Hund"]}', 422, "unknown field 'sentence'"),
+    "beam a string": (b'{"sentences": ["Ein Hund"], "beam": "5"}', 422, "beam must be"),
+    "beam too big": (b'{"sentences": ["Ein Hund"], "beam": 17}', 422, "from 1 to 16"),
+    "nbest over beam": (b'{"sentences": ["x"], "beam": 2, "nbest": 3}', 422, "must not exceed"),
+    "batch over the limit": (json.dumps({"sentences": ["x"] * 5}).encode(), 413, "at most 4"),
+    "unknown model": (b'{"sentences": ["x"], "models": ["dot"]}', 422, "unknown model 'dot'"),
+    "body too big": (b" " * (LIMITS.max_body + 1), 413, "the body is over"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUT.values(), ids=BAD_INPUT)
+def test_bad_input_gets_its_answer_and_serving_goes_on(
+    server: str, case: tuple[bytes, int, str]
+) -> None:
+    raw, status, message = case
+    got, answer = call(server, "/api/translate", raw=raw)
+    assert (got, list(answer)) == (status, ["error"]) and message in answer["error"]
+    assert call(server, "/api/translate", GOOD)[0] == 200
+
+
+def test_bad_alignment_requests_and_unknown_paths(server: str) -> None:
+    body = {"sentences": ["Ein Hund", "Zwei Hunde"], "references": ["A dog"]}
+    status, answer = call(server, "/api/align", body)
+    assert status == 422 and answer["error"] == "2 sentences but 1 references: give one each"
+    status, answer = call(server, "/api/nothing")
+    assert status == 404 and answer["error"] == "Not Found: GET /api/nothing"
+    assert (
+        call(server, "/api/align", {"sentences": ["Ein Hund"], "references": ["A dog"]})[0] == 200
+    )
+
+
+def test_long_sentence_is_cut_with_warnings(server: str) -> None:
+    text = " ".join(SENTENCES * 200)[:10_000]
+    status, answer = call(server, "/api/translate", {"sentences": ["Ein Hund", text], "beam": 1})
+    assert status == 200
+    assert answer["warnings"][0] == "sentences[1]: 10000 characters and the server reads 200: cut"
+    [truncated] = answer["warnings"][1:]  # the Transformer reads MAX_LEN - 1 subwords: it cut more
+    assert truncated.startswith("transformer: sentences[1]: the source has ")
+    assert truncated.endswith(f"subwords and the model reads {MAX_LEN - 1}: cut")
+    for results in answer["results"].values():
+        assert " ".join(results[1]["src_words"]) == " ".join(text[:200].split())
+    assert len(answer["results"]["transformer"][1]["src_tokens"]) == MAX_LEN  # with </s>
+    assert call(server, "/api/translate", GOOD)[0] == 200
+
+
+def test_client_gone_while_sending_its_body(server: str) -> None:
+    host, port = server.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"POST /api/translate HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+    assert call(server, "/api/translate", GOOD)[0] == 200
+
+
+def test_full_queue_answers_busy_at_once(gated: tuple[str, GatedTranslator]) -> None:
+    base, model = gated
+    model.gate.clear()
+    model.entered.clear()
+    with ThreadPoolExecutor(2) as pool:
+        try:
+            first = pool.submit(call, base, "/api/translate", {"sentences": ["Ein Hund"]})
+            assert model.entered.wait(20)  # the worker holds the first request
+            second = pool.submit(call, base, "/api/translate", {"sentences": ["Ein Mann"]})
+            wait_until(lambda: queued(base) == 1)  # the second fills the queue of one
+            # answered while the gate is shut: the third request did not wait for the model
+            status, answer = call(base, "/api/translate", {"sentences": ["Eine Frau"]})
+            assert status == 503 and answer["error"].startswith("busy: 1 sentences are waiting")
+        finally:
+            model.gate.set()
+        assert first.result(30)[0] == 200 and second.result(30)[0] == 200
+    assert call(base, "/api/translate", {"sentences": ["Ein Kind"]})[0] == 200
+
+
+def test_client_gone_while_queued_leaves_the_queue(gated: tuple[str, GatedTranslator]) -> None:
+    base, model = gated
+    model.gate.clear()
+    model.entered.clear()
+    calls = model.calls
+    body = json.dumps({"sentences": ["Ein Mann"]}).encode()
+    host, port = base.removeprefix("http://").split(":")
+    with ThreadPoolExecutor(1) as pool:
+        try:
+            first = pool.submit(call, base, "/api/translate", {"sentences": ["Ein Hund"]})
+            assert model.entered.wait(20)
+            with socket.create_connection((host, int(port)), timeout=10) as sock:
+                head = f"POST /api/translate HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}"
+                sock.sendall(head.encode() + b"\r\n\r\n" + body)
+                wait_until(lambda: queued(base) == 1)
+            wait_until(lambda: queued(base) == 0)  # gone before its turn: out of the queue
+        finally:
+            model.gate.set()
+        assert first.result(30)[0] == 200
+    assert call(base, "/api/translate", {"sentences": ["Ein Kind"]})[0] == 200
+    assert model.calls == calls + 2  # the request whose client left was never translated
+
+
+def test_batcher_runs_same_settings_together_up_to_the_limit() -> None:
+    calls, gate, entered = [], threading.Event(), threading.Event()
+
+    def run(key: Any, items: list[Any]) -> list[Any]:
+        calls.append((key, items))
+        entered.set()
+        assert gate.wait(20)
+        return [f"{key}:{item}" for item in items]
+
+    batcher = Batcher(run, max_batch=3, max_queue=5)
+    try:
+        first = batcher.submit("greedy", ["a"])
+        assert entered.wait(20)  # the worker holds "a"; what follows waits in the queue
+        later = [("greedy", ["b"]), ("beam5", ["c"]), ("greedy", ["d", "e"]), ("greedy", ["f"])]
+        futures = [batcher.submit(key, items) for key, items in later]
+        with pytest.raises(Busy):  # 5 sentences wait: the queue is full
+            batcher.submit("greedy", ["g"])
+        gate.set()
+        assert futures[2].result(20) == ["greedy:d", "greedy:e"]
+        assert first.result(20) == ["greedy:a"] and futures[1].result(20) == ["beam5:c"]
+        assert [f.result(20) for f in (futures[0], futures[3])] == [["greedy:b"], ["greedy:f"]]
+    finally:
+        gate.set()
+        batcher.close()
+    # the oldest job first, with the later ones of its settings that fit; never mixed settings
+    assert calls == [("greedy", ["a"]), ("greedy", ["b", "d", "e"]), ("beam5", ["c"]),
+                     ("greedy", ["f"])]  # fmt: skip
+
+
+def test_model_names_are_file_stems_made_unique() -> None:
+    paths = ["runs/a/best.ckpt", "runs/b/best.ckpt", "dot.ckpt", "best.ckpt"]
+    assert serve.model_names(paths) == ["best", "best-2", "dot", "best-3"]
+
+
+@pytest.mark.parametrize("bad", ["garbage", "missing"])
+def test_bad_checkpoint_stops_the_start_before_listening(
+    tiny_checkpoint: Path, tmp_path: Path, bad: str, capsys: Any, monkeypatch: Any
+) -> None:
+    path = tmp_path / f"{bad}.ckpt"
+    if bad == "garbage":
+        path.write_bytes(b"not a checkpoint")
+    opened = []
+    monkeypatch.setattr(serve, "listen", lambda *args: opened.append(args))
+    assert serve.main([str(tiny_checkpoint), str(path), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: ") and err.count("\n") == 1
+    assert opened == []  # the port was never asked for
+
+
+def test_bad_limits_are_one_line(tiny_checkpoint: Path, capsys: Any) -> None:
+    assert serve.main([str(tiny_checkpoint), "--max-batch", "8", "--max-queue", "4"]) == 2
+    assert capsys.readouterr().err.startswith("error: --max-queue must be at least --max-batch (8)")
+
+
+# Puts the pipe ends where --remote-debugging-pipe looks (3: commands in, 4: answers out), then
+# becomes chromium; in a child process, so no fd of this one moves (sh's `3<&N` takes N < 10 only).
+ON_FDS_3_AND_4 = (
+    "import os, sys; os.dup2(int(sys.argv[1]), 3); os.dup2(int(sys.argv[2]), 4); "
+    "os.execv(sys.argv[3], sys.argv[3:])"
+)
+
+
+def above_4(fd: int) -> int:
+    """`fd` moved to 10 or above, so that putting one pipe end on 3 cannot overwrite the other."""
+    high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+    os.close(fd)
+    return high
+
+
+class DevTools:
+    """Chromium driven over its DevTools protocol on a pipe (--remote-debugging-pipe): JSON
+    messages ending in NUL, commands to the browser's fd 3, answers and events from its fd 4."""
+
+    def __init__(self, profile: Path) -> None:
+        chromium = shutil.which("chromium")
+        assert chromium, "the browser test needs Debian's chromium: apt-get install chromium"
+        to_browser, self.write = map(above_4, os.pipe())
+        self.read, from_browser = map(above_4, os.pipe())
+        self.browser = subprocess.Popen(
+            [sys.executable, "-c", ON_FDS_3_AND_4, str(to_browser), str(from_browser), chromium,
+             "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
+             f"--user-data-dir={profile}", "--window-size=1200,900", "--no-first-run",
+             "about:blank"],
+            pass_fds=(to_browser, from_browser), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        os.close(to_browser)
+        os.close(from_browser)
+        self.next_id, self.buffer = 0, b""
+
+    def send(self, method: str, session: str | None = None, **params: Any) -> dict[str, Any]:
+        """Run one command and return its result; events that come meanwhile are dropped."""
+        self.next_id += 1
+        message = {"id": self.next_id, "method": method, "params": params}
+        os.write(
+            self.write,
+            json.dumps(message | ({"sessionId": session} if session else {})).encode() + b"\0",
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            while b"\0" not in self.buffer:
+                left = deadline - time.monotonic()
+                assert left > 0 and select.select([self.read], [], [], left)[0], (
+                    f"{method}: no answer"
+                )
+                chunk = os.read(self.read, 1 << 16)
+                assert chunk, "chromium closed its pipe"
+                self.buffer += chunk
+            raw, self.buffer = self.buffer.split(b"\0", 1)
+            answer = json.loads(raw)
+            if answer.get("id") == self.next_id:
+                assert "error" not in answer, f"{method}: {answer['error']}"
+                return answer["result"]
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, AssertionError):
+            self.send("Browser.close")
+        try:
+            self.browser.wait(15)
+        except subprocess.TimeoutExpired:
+            self.browser.kill()
+            self.browser.wait(15)
+        os.close(self.write)
+        os.close(self.read)
+
+
+WAIT_FOR = """new Promise((done, fail) => {{
+  const start = Date.now();
+  (function poll() {{
+    const value = ({condition});
+    if (value) done(value);
+    else if (Date.now() - start > 20000) fail(new Error("timed out: " + {condition!r}));
+    else setTimeout(poll, 50);
+  }})();
+}})"""
+
+
+@pytest.mark.slow
+def test_page_translates_a_typed_sentence_in_chromium(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    command = [sys.executable, str(ROOT / "scripts" / "serve.py"), str(tiny_checkpoint),
+               "--port", "0", "--device", "cpu", "--log-level", "warning"]  # fmt: skip
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    browser = None
+    try:
+        ready, _, _ = select.select([server.stdout], [], [], 60)
+        line = server.stdout.readline() if ready else ""
+        assert line.startswith("serving 1 model(s) at http://127.0.0.1:"), line
+        url = line.split(" at ")[1].strip()
+        browser = DevTools(tmp_path / "profile")
+        target = next(
+            t for t in browser.send("Target.getTargets")["targetInfos"] if t["type"] == "page"
+        )
+        session = browser.send("Target.attachToTarget", targetId=target["targetId"], flatten=True)[
+            "sessionId"
+        ]
+
+        def js(expression: str) -> Any:
+            result = browser.send("Runtime.evaluate", session, expression=expression,
+                                  awaitPromise=True, returnByValue=True)  # fmt: skip
+            assert "exceptionDetails" not in result, result["exceptionDetails"]
+            return result["result"].get("value")
+
+        def click(selector: str) -> None:
+            x, y = js(f"(r => [r.x + r.width / 2, r.y + r.height / 2])"
+                      f"(document.querySelector({selector!r}).getBoundingClientRect())")  # fmt: skip
+            for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
+                browser.send("Input.dispatchMouseEvent", session, type=kind, x=x, y=y,
+                             button="left", clickCount=1)  # fmt: skip
+
+        browser.send("Page.navigate", session, url=url)
+        wait_until(lambda: js("location.href + ' ' + document.readyState") == f"{url} complete")
+        js(
+            WAIT_FOR.format(
+                condition="document.getElementById('about').textContent.startsWith('Models: last')"
+            )
+        )
+        click("#source")
+        browser.send("Input.insertText", session, text=SENTENCES[0])
+        click("#go")
+        shown = js(
+            WAIT_FOR.format(condition="document.querySelector('.model .translation')?.textContent")
+        )
+        cells = js("document.querySelectorAll('.model svg.heatmap rect[data-i]').length")
+        links = js("document.querySelectorAll('.model .links line').length")
+        click(".model svg.heatmap rect[data-i='0'][data-j='0']")
+        readout = js("document.querySelector('.model .readout').textContent")
+    finally:
+        if browser is not None:
+            browser.close()
+        server.terminate()
+        server.wait(20)
+    [expected] = Translator.load(tiny_checkpoint).translate([SENTENCES[0]], return_alignments=True)
+    assert shown == expected.text
+    assert cells == len(expected.src_tokens) * len(expected.tgt_tokens)
+    assert links == len(expected.word_alignment) > 0
+    weight = expected.to_dict(4)["attention"][0][0]  # the page shows the answer's 4 digits
+    assert readout == f"{expected.tgt_tokens[0]} ← {expected.src_tokens[0]}: {weight:.4f}"
