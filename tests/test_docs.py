@@ -1,0 +1,135 @@
+"""What README.md and docs/*.md point at exists: every relative link (and its #anchor, when it points
+into one of our Markdown files), every repository path they name in code, and a row in
+docs/layout.md for every module and script."""
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+# A code token is taken for a path of this repository when it starts with one of its top-level
+# folders. Paths outside them (lightning_logs/..., runs/..., ../shared/..., /data/wmt14) are
+# made by a run or belong to the user, and are not looked for.
+REPO_FOLDERS = ("scripts", "seq2seq", "docs", "tests", "data", ".ci")
+# Under those, on purpose: data/ is git-ignored but for data/README.md; the corpora, caches and
+# silver links the docs name there (data/silver/train.de-en.align, data/multi30k/, data/cache)
+# are what a user makes by following them.
+USER_MADE = ("data/",)
+
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")  # [text](target) and ![alt](target)
+PATH = re.compile(rf"(?<![\w./-])((?:{'|'.join(map(re.escape, REPO_FOLDERS))})/[\w./*-]*)")
+FENCE = re.compile(r"^(```|~~~)")
+
+
+def prose_and_code(page: Path) -> tuple[list[str], list[str]]:
+    """The page's lines outside fenced code blocks, and its code (fenced blocks and inline spans)."""
+    prose, code, fenced = [], [], False
+    for line in page.read_text("utf-8").splitlines():
+        if FENCE.match(line.strip()):
+            fenced = not fenced
+        elif fenced:
+            code.append(line)
+        else:
+            prose.append(line)
+            code += re.findall(r"`([^`]+)`", line)
+    return prose, code
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    found: set[str] = set()
+    counts: dict[str, int] = {}
+    for line in prose_and_code(page)[0]:
+        if match := re.match(r"#{1,6}\s+(.*?)\s*#*$", line):
+            base = slug(match[1])
+            n = counts[base] = counts.get(base, -1) + 1
+            found.add(base if n == 0 else f"{base}-{n}")  # GitHub numbers a repeated heading
+    return found
+
+
+def links(page: Path) -> list[str]:
+    return [target for line in prose_and_code(page)[0] for target in LINK.findall(line)]
+
+
+def named_pages(page: Path) -> list[str]:
+    """Markdown files named in plain prose, outside links and code ("see DESIGN.md §1")."""
+    found = []
+    for line in prose_and_code(page)[0]:
+        plain = LINK.sub("", re.sub(r"`[^`]+`", "", line))
+        found += re.findall(r"(?<![\w/.-])((?:\.\./)*[\w./-]*\w\.md)\b", plain)
+    return found
+
+
+def paths(page: Path) -> list[str]:
+    found = [p.rstrip(".") for text in prose_and_code(page)[1] for p in PATH.findall(text)]
+    return [p for p in found if not p.startswith(USER_MADE)]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_and_their_anchors_exist(page: Path) -> None:
+    broken = []
+    for target in links(page):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:: not ours to check
+            continue
+        file, _, anchor = target.partition("#")
+        path = (page.parent / file).resolve() if file else page
+        if not path.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and path.suffix == ".md" and anchor not in anchors(path):
+            broken.append(f"{target}: no heading #{anchor} in {path.relative_to(ROOT)}")
+    assert not broken, f"{page.name}: {broken}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_markdown_files_named_in_prose_exist(page: Path) -> None:
+    missing = [
+        name
+        for name in named_pages(page)
+        if not (page.parent / name).exists() and not (ROOT / name).exists()
+    ]
+    assert not missing, f"{page.name} names pages that are not in the repository: {missing}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_repository_paths_named_in_code_exist(page: Path) -> None:
+    missing = [p for p in paths(page) if not any(ROOT.glob(p.rstrip("/")))]
+    assert not missing, f"{page.name} names paths that are not in the repository: {missing}"
+
+
+def tracked(*patterns: str) -> set[str]:
+    """Files of the repository matching the patterns: git's list where there is one (files another
+    change has not committed yet are not the page's to list), else the folder's."""
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", *patterns], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout
+        return set(out.split())
+    except (OSError, subprocess.CalledProcessError):
+        return {str(p.relative_to(ROOT)) for pattern in patterns for p in ROOT.glob(pattern)}
+
+
+def test_layout_names_every_module_and_script() -> None:
+    """docs/layout.md's first column names each file; a bare name is in the folder of the path
+    before it in the same cell (`seq2seq/search.py`, `beam.py`)."""
+    named = set()
+    for line in (ROOT / "docs" / "layout.md").read_text("utf-8").splitlines():
+        if not line.startswith("| `"):
+            continue
+        folder = ""
+        for name in re.findall(r"`([^`]+)`", line.split("|")[1]):
+            if "/" in name:
+                folder = name.rsplit("/", 1)[0] + "/"
+                named.add(name)
+            else:
+                named.add(folder + name)
+    files = tracked("seq2seq/*.py", "scripts/*.py", "docs/analysis/*.py")
+    assert sorted(files - named) == [], "modules and scripts docs/layout.md does not name"
+    assert sorted(n for n in named - files if n.endswith(".py")) == [], "named, but not here"
