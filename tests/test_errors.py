@@ -1,240 +1,357 @@
-"""Every row of docs/errors.md from scripts/train.py: one line on stderr, exit 2 (3 for divergence),
-nothing half-written in the log or data folders."""
+"""Every row of docs/errors.md, printed whole by scripts/train.py, and the other lines that page quotes.
 
-import os
+The page's tables whose first column is `case` are read here, and every row needs an entry below
+keyed by its `case` text: `test_every_row_of_the_doc_has_a_case` fails on a row without one (and
+on an entry whose row is gone). Each check runs in a fresh folder holding `good`, a 30-pair corpus,
+with `tests/conftest.py::tiny_train_args` on `good` and the log folder `runs`, then the row's flags
+(the first code span of its `flags` cell); the entry's setup makes whatever else the row's
+parenthesis describes. A refusal (a `message` column) must print exactly the row's message as its
+one `error:` line, exit with status 2 and leave nothing half-written. To add a row: write it in the
+page, then its setup here (`flags_only` when its flags are all it needs).
+"""
+
+import contextlib
+import re
+import shlex
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 
-from seq2seq.config import TrainConfig
+import seq2seq.data
+import seq2seq.launch as launch
+from seq2seq.config import parse_args
+from seq2seq.data import TranslationDataModule
 from seq2seq.system import TranslationSystem
 from tests.conftest import load_script, tiny_train_args, write_corpus
 
 train = load_script("train")
+DOC = Path(__file__).resolve().parents[1] / "docs" / "errors.md"
 SMALL = {"train": 30, "val": 5}
+RUN = Path("runs/rnn-additive/version_0/checkpoints")  # the log folder's first run
+Setup = Callable[[Path, pytest.FixtureRequest], dict[str, str] | None]
 
 
-def short_train_en(tmp: Path) -> list[str]:
-    corpus = write_corpus(tmp / "short", SMALL)
-    lines = (corpus / "train.en").read_text().splitlines()
-    (corpus / "train.en").write_text("\n".join(lines[:-1]) + "\n")
-    return ["--data-dir", str(corpus)]
+def doc_rows(column: str | None = None) -> dict[str, dict[str, str]]:
+    """Rows of the tables of docs/errors.md whose first column is `case` (those with `column`, if
+    given), keyed by their case text; each row is {column name: cell text}."""
+    rows, header = {}, None
+    for line in DOC.read_text("utf-8").splitlines():
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip()[1:-1])]
+        if header is None:
+            header = cells
+        elif not set(line) <= set("|-: ") and header[0] == "case" and column in (None, *header):
+            row = dict(zip(header, cells, strict=True))
+            assert row["case"] not in rows, f"two rows of docs/errors.md read {row['case']!r}"
+            rows[row["case"]] = row
+    return rows
 
 
-def latin1_line(tmp: Path) -> list[str]:
-    corpus = write_corpus(tmp / "latin1", SMALL)
-    lines = (corpus / "val.de").read_bytes().splitlines(keepends=True)
+def code(cell: str) -> str:
+    """The text of a cell that is one code span."""
+    assert re.fullmatch(r"`[^`]+`", cell), f"not one code span: {cell}"
+    return cell[1:-1]
+
+
+def flags(row: dict[str, str]) -> list[str]:
+    return shlex.split(re.match(r"`([^`]+)`", row["flags"])[1])
+
+
+def in_doc(pattern: str) -> str:
+    """The one code span of docs/errors.md that matches `pattern` (for lines outside the tables)."""
+    [found] = [s for s in re.findall(r"`([^`]+)`", DOC.read_text("utf-8")) if re.match(pattern, s)]
+    return found
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder as each check starts it (`good`), after a run of the tiny flags (20 updates,
+    validating every 10): its data cache and runs/rnn-additive/version_0/checkpoints/ with
+    best-10.ckpt, best-20.ckpt and last.ckpt."""
+    root = tmp_path_factory.mktemp("trained")
+    with contextlib.chdir(root):
+        write_corpus(Path("good"), SMALL)
+        assert train.main(tiny_train_args(Path("good"), Path("runs"))) == 0
+    return root
+
+
+# Setups, one per row: each fills the check's folder (the working folder) and may return values for
+# the placeholders of the row's message.
+
+
+def flags_only(tmp: Path, request: pytest.FixtureRequest) -> None:
+    """The flags alone give the message."""
+
+
+def short_train_en(tmp: Path, request: pytest.FixtureRequest) -> None:
+    write_corpus(Path("short"), SMALL)
+    lines = Path("short/train.en").read_text().splitlines()
+    Path("short/train.en").write_text("\n".join(lines[:-1]) + "\n")
+
+
+def latin1_line(tmp: Path, request: pytest.FixtureRequest) -> None:
+    write_corpus(Path("latin1"), SMALL)
+    lines = Path("latin1/val.de").read_bytes().splitlines(keepends=True)
     lines[2] = "Große straße\n".encode("latin-1")
-    (corpus / "val.de").write_bytes(b"".join(lines))
-    return ["--data-dir", str(corpus)]
+    Path("latin1/val.de").write_bytes(b"".join(lines))
 
 
-def no_val_split(tmp: Path) -> list[str]:
-    corpus = write_corpus(tmp / "noval", {"train": 30, "test": 5})
-    return ["--data-dir", str(corpus)]
+def no_val_split(tmp: Path, request: pytest.FixtureRequest) -> None:
+    write_corpus(Path("noval"), {"train": 30, "test": 5})
 
 
-def unknown_language(tmp: Path) -> list[str]:
-    return ["--data-dir", str(write_corpus(tmp / "c", SMALL)), "--src", "fr"]
+def corpus_c(tmp: Path, request: pytest.FixtureRequest) -> None:
+    write_corpus(Path("c"), SMALL)
 
 
-def vocab_too_large(tmp: Path) -> list[str]:
-    return ["--data-dir", str(write_corpus(tmp / "c", SMALL)), "--vocab-size", "5000"]
+def a_file(tmp: Path, request: pytest.FixtureRequest) -> None:
+    Path("notes.txt").write_text("a file\n")
 
 
-def log_dir_under_a_file(tmp: Path) -> list[str]:
-    (tmp / "notes.txt").write_text("a file\n")
-    return ["--log-dir", str(tmp / "notes.txt" / "runs")]
+def sysfs(tmp: Path, request: pytest.FixtureRequest) -> dict[str, str]:
+    """/sys takes no new files, even from root; what the system says for that is <reason>."""
+    if not Path("/sys/kernel").is_dir():
+        pytest.skip("no sysfs here")
+    try:
+        Path("/sys/seq2seq-cache").mkdir()
+    except OSError as err:
+        return {"<reason>": err.strerror}
+    Path("/sys/seq2seq-cache").rmdir()
+    pytest.skip("this /sys can be written")
 
 
-def read_only_log_dir(tmp: Path) -> list[str]:
-    if os.geteuid() == 0:  # root writes through permission bits, but sysfs takes no new files
-        return ["--log-dir", "/sys/seq2seq-runs"]
-    (tmp / "ro").mkdir()
-    (tmp / "ro").chmod(0o555)
-    return ["--log-dir", str(tmp / "ro" / "runs")]
+def a_folder(tmp: Path, request: pytest.FixtureRequest) -> None:
+    Path("runs").mkdir()
 
 
-def spm_model_missing(tmp: Path) -> list[str]:
-    return ["--spm-model", str(tmp / "missing.model")]
+def truncated(tmp: Path, request: pytest.FixtureRequest) -> None:
+    torch.save({"state_dict": {"w": torch.zeros(1000)}, "tokenizer": b"x"}, "t.ckpt")
+    data = Path("t.ckpt").read_bytes()
+    Path("t.ckpt").write_bytes(data[: len(data) // 2])
 
 
-def cache_dir_unwritable(tmp: Path) -> list[str]:
-    if os.geteuid() == 0:  # as read_only_log_dir
-        return ["--cache-dir", "/sys/seq2seq-cache"]
-    (tmp / "ro").mkdir()
-    (tmp / "ro").chmod(0o555)
-    return ["--cache-dir", str(tmp / "ro" / "seq2seq-cache")]
+def text_file(tmp: Path, request: pytest.FixtureRequest) -> None:
+    Path("notes.ckpt").write_text("not a checkpoint\n")
 
 
-def resume_missing_path(tmp: Path) -> list[str]:
-    return ["--resume", str(tmp / "nope.ckpt")]
+def foreign(tmp: Path, request: pytest.FixtureRequest) -> None:
+    torch.save({"model": {"w": torch.zeros(3)}}, "other.ckpt")
 
 
-def resume_nothing(tmp: Path) -> list[str]:
-    return ["--resume"]
+def trained(tmp: Path, request: pytest.FixtureRequest) -> None:
+    """The tiny run of `trained_run`, with its data cache, copied here."""
+    root = request.getfixturevalue("trained_run")
+    for name in ("runs", "data"):
+        shutil.copytree(root / name, tmp / name)
 
 
-def resume_truncated(tmp: Path) -> list[str]:
-    torch.save({"state_dict": {"w": torch.zeros(1000)}, "tokenizer": b"x"}, tmp / "t.ckpt")
-    data = (tmp / "t.ckpt").read_bytes()
-    (tmp / "t.ckpt").write_bytes(data[: len(data) // 2])
-    return ["--resume", str(tmp / "t.ckpt")]
+def weights_only(tmp: Path, request: pytest.FixtureRequest) -> None:
+    checkpoint = torch.load(request.getfixturevalue("trained_run") / RUN / "last.ckpt")
+    for key in ("loops", "optimizer_states", "lr_schedulers"):
+        del checkpoint[key]
+    torch.save(checkpoint, "weights.ckpt")
 
 
-def resume_foreign(tmp: Path) -> list[str]:
-    torch.save({"model": {"w": torch.zeros(3)}}, tmp / "other.ckpt")
-    return ["--resume", str(tmp / "other.ckpt")]
+def bad_yaml(tmp: Path, request: pytest.FixtureRequest) -> None:
+    Path("run.yaml").write_text("seed: 3\nlr: fast\n")
 
 
-def resume_not_torch(tmp: Path) -> list[str]:
-    (tmp / "notes.ckpt").write_text("not a checkpoint\n")
-    return ["--resume", str(tmp / "notes.ckpt")]
-
-
-def yaml_bad_value(tmp: Path) -> list[str]:
-    (tmp / "run.yaml").write_text("seed: 3\nlr: fast\n")
-    return ["--config", str(tmp / "run.yaml")]
-
-
-def precision_typo(tmp: Path) -> list[str]:
-    return ["--precision", "fp16"]
-
-
-def strategy_typo(tmp: Path) -> list[str]:
-    return ["--strategy", "dpp"]
-
-
-def gpu_without_one(tmp: Path) -> list[str]:
+def no_gpu(tmp: Path, request: pytest.FixtureRequest) -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    return ["--accelerator", "gpu"]
 
 
-def devices_typo(tmp: Path) -> list[str]:
-    return ["--devices", "two"]
+def empty_train(tmp: Path, request: pytest.FixtureRequest) -> None:
+    write_corpus(Path("c"), {"train": 0, "val": 5})
 
 
-def lightning_refusal(tmp: Path) -> list[str]:
-    return ["--strategy", "fsdp"]  # a GPU-only strategy: Lightning's own check, as one line
-
-
-def transformer_max_len(tmp: Path) -> list[str]:
-    return ["--model", "transformer", "--max-len", "5000"]
-
-
-def every_pair_too_long(tmp: Path) -> list[str]:
-    return ["--data-dir", str(write_corpus(tmp / "c", SMALL)), "--max-len", "2"]
-
-
-def empty_training_split(tmp: Path) -> list[str]:
-    return ["--data-dir", str(write_corpus(tmp / "c", {"train": 0, "val": 5}))]
-
-
-def empty_validation_split(tmp: Path) -> list[str]:
-    corpus = write_corpus(tmp / "c", SMALL)
+def empty_val(tmp: Path, request: pytest.FixtureRequest) -> None:
+    write_corpus(Path("c"), SMALL)
     for lang in ("de", "en"):
-        (corpus / f"val.{lang}").write_text("")
-    return ["--data-dir", str(corpus)]
+        Path(f"c/val.{lang}").write_text("")
 
 
-# (case, its flags, what the one-line message must contain); docs/errors.md shows the full lines.
-CASES: list[tuple[Callable[[Path], list[str]], tuple[str, ...]]] = [
-    (short_train_en, ("train.de has 30 lines but", "train.en has 29")),
-    (latin1_line, ("val.de line 3: not valid UTF-8 (byte 0xdf)",)),
-    (no_val_split, ("has no split 'val' (it has: test, train)",)),
-    (unknown_language, ("has no language 'fr' (it has: de, en)",)),
-    (vocab_too_large, ("--vocab-size 5000 is too large for this corpus (at most",)),
-    (log_dir_under_a_file, ("notes.txt is a file, not a folder",)),
-    (read_only_log_dir, ("cannot write in", "(Permission denied)")),
-    (
-        spm_model_missing,
-        ("--spm-model", "missing.model: cannot read it (No such file or directory)"),
-    ),
-    (cache_dir_unwritable, ("--cache-dir", "seq2seq-cache: cannot write there")),
-    (resume_missing_path, ("nope.ckpt: no such checkpoint",)),
-    (resume_nothing, ("--resume: nothing to resume in", "rnn-additive")),
-    (resume_truncated, ("t.ckpt: not a readable checkpoint (truncated",)),
-    (resume_foreign, ("other.ckpt: not a seq2seq checkpoint",)),
-    (resume_not_torch, ("notes.ckpt: not a readable checkpoint",)),
-    (yaml_bad_value, ("run.yaml line 2: lr must be a number, got 'fast'",)),
-    (precision_typo, ("--precision fp16: not a Lightning precision (one of 16-true, 16-mixed",)),
-    (strategy_typo, ("--strategy dpp: not a Lightning strategy (did you mean ddp?)",)),
-    (gpu_without_one, ("--accelerator gpu: no CUDA GPU here; use --accelerator cpu (or auto)",)),
-    (devices_typo, ("--devices two: not a count, a list of indices (0,1), -1 (all) or auto",)),
-    (lightning_refusal, ("--strategy fsdp", "The strategy 'fsdp' requires a GPU accelerator")),
-    (transformer_max_len, ("--max-len 5000: the Transformer has 1,024 positions",)),
-    (
-        every_pair_too_long,
-        ("the training split 'train' yields no batch: all 30 pairs are longer than --max-len 2",),
-    ),
-    (empty_training_split, ("c: the training split 'train' has no pairs",)),
-    (empty_validation_split, ("the validation split 'val' yields no batch: it has no pairs",)),
-]
+def links(lines: int, **line: str) -> Setup:
+    """A 200-pair corpus `c` and FILE, a links file of `lines` empty lines (a pair without links),
+    but for the lines given (`l5="1:2"`: line 5 holds `1:2`)."""
+
+    def setup(tmp: Path, request: pytest.FixtureRequest) -> None:
+        write_corpus(Path("c"), {"train": 200, "val": 5})
+        rows = [""] * lines
+        for key, value in line.items():
+            rows[int(key[1:]) - 1] = value
+        Path("FILE").write_text("".join(row + "\n" for row in rows))
+
+    return setup
 
 
-@pytest.mark.parametrize("case, expected", CASES, ids=[case.__name__ for case, _ in CASES])
-def test_bad_input_is_one_line_exit_2_and_writes_nothing(
-    case: Callable[[Path], list[str]],
-    expected: tuple[str, ...],
+def six_words_at_line_7(tmp: Path, request: pytest.FixtureRequest) -> None:
+    links(200, l7="1-9")(tmp, request)
+    for lang, text in (("de", "Der alte mann sieht ein kind"), ("en", "The old man sees a child")):
+        lines = Path(f"c/train.{lang}").read_text("utf-8").splitlines()
+        lines[6] = text
+        Path(f"c/train.{lang}").write_text("\n".join(lines) + "\n", "utf-8")
+
+
+REFUSALS: dict[str, Setup] = {
+    "corpus sides with different line counts": short_train_en,
+    "non-UTF-8 bytes": latin1_line,
+    "unknown split": no_val_split,
+    "unknown language": corpus_c,
+    "vocabulary size that sentencepiece cannot reach": corpus_c,
+    "log folder below a file": a_file,
+    "log folder that cannot be written": sysfs,
+    "sentencepiece model that cannot be read": flags_only,
+    "cache folder that cannot be written": sysfs,
+    "`--resume PATH` that does not exist": flags_only,
+    "`--resume PATH` that is a folder": a_folder,
+    "`--resume` with no run to resume": flags_only,
+    "truncated checkpoint": truncated,
+    "a file that is not a checkpoint": text_file,
+    "foreign checkpoint": foreign,
+    "weights-only checkpoint": weights_only,
+    "checkpoint of another model": trained,
+    "checkpoint of another tokenizer": trained,
+    "resume with other batching or seed": trained,
+    "a YAML value of the wrong type": bad_yaml,
+    "precision typo": flags_only,
+    "strategy typo": flags_only,
+    "a GPU asked for where there is none": no_gpu,
+    "devices typo": flags_only,
+    "a combination Lightning refuses": flags_only,
+    "`--max-len` past the Transformer's positions": flags_only,
+    "no training pair within `--max-len`": corpus_c,
+    "an empty training split": empty_train,
+    "an empty validation split": empty_val,
+    # guided alignment
+    "the file ends before the training split": links(199),
+    "the file goes on after it": links(201),
+    "a link that is not `i-j`": links(200, l5="1:2"),
+    "a word index outside its sentence": six_words_at_line_7,
+    "no such file": flags_only,
+    "a negative weight": flags_only,
+    "a Transformer layer it does not have": flags_only,
+    "a Transformer head it does not have": flags_only,
+}
+
+
+def long_pairs(tmp: Path, request: pytest.FixtureRequest) -> None:
+    for lang in ("de", "en"):
+        with Path(f"good/train.{lang}").open("a") as file:
+            file.write("\n" + " ".join(["hund"] * 80) + "\n")  # one empty pair, one too long
+
+
+def a_long_val_pair(tmp: Path, request: pytest.FixtureRequest) -> None:
+    for lang in ("de", "en"):
+        with Path(f"good/val.{lang}").open("a") as file:
+            file.write(" ".join(["hund"] * 1100) + "\n")  # over 1,023 subwords: no position left
+
+
+LOG_LINES: dict[str, Setup] = {
+    "empty lines, sentences over `--max-len` subwords": long_pairs,
+    "validation or test pairs over the Transformer's 1,024 positions": a_long_val_pair,
+}
+
+
+def as_on_an_avx2_cpu(tmp: Path, request: pytest.FixtureRequest) -> None:
+    monkeypatch = request.getfixturevalue("monkeypatch")
+    monkeypatch.setattr(launch, "native_bf16", lambda: False)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+
+
+WARNINGS: dict[str, Setup] = {
+    "bf16 on a CPU without native bf16 (AVX2 only: "
+    "`torch.ops.mkldnn._is_mkldnn_bf16_supported()` is False)": as_on_an_avx2_cpu,
+}
+
+
+def test_every_row_of_the_doc_has_a_case() -> None:
+    rows, cases = doc_rows().keys(), [*REFUSALS, *LOG_LINES, *WARNINGS]
+    assert sorted(rows - set(cases)) == [], "rows of docs/errors.md with no case here"
+    assert sorted(set(cases) - rows) == [], "cases here whose row is gone from docs/errors.md"
+
+
+def snapshot(folder: Path) -> list[tuple[str, int]]:
+    return sorted((str(p), p.stat().st_size) for p in folder.rglob("*")) if folder.exists() else []
+
+
+@pytest.mark.parametrize("case", doc_rows("message"))
+def test_each_refusal_is_printed_whole_exits_2_and_writes_nothing(
+    case: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    if (
-        case in (read_only_log_dir, cache_dir_unwritable)
-        and os.geteuid() == 0
-        and not Path("/sys/kernel").is_dir()
-    ):
-        pytest.skip("root writes through permission bits, and there is no sysfs")
-    monkeypatch.chdir(tmp_path)  # the data cache goes to ./data/cache
-    corpus = write_corpus(tmp_path / "good", SMALL)
-    args = tiny_train_args(corpus, tmp_path / "runs", *case(tmp_path))
-    assert train.main(args) == 2
+    row = doc_rows("message")[case]
+    assert case in REFUSALS, f"no case in tests/test_errors.py for the row {case!r}"
+    monkeypatch.chdir(tmp_path)  # paths in the doc are relative to it; the cache is ./data/cache
+    write_corpus(Path("good"), SMALL)
+    expected = code(row["message"])
+    for placeholder, value in (REFUSALS[case](tmp_path, request) or {}).items():
+        expected = expected.replace(placeholder, value)
+    runs = snapshot(Path("runs"))
+    assert train.main(tiny_train_args(Path("good"), Path("runs"), *flags(row))) == 2
     err = capsys.readouterr().err.strip()
     # Only datasets' progress bars (tokenizing the splits read before the bad one) may precede it.
     assert "Traceback" not in err and err.count("error: ") == 1, err
-    line = err.splitlines()[-1]
-    assert line.startswith("error: ")
-    for text in expected:
-        assert text in line
-    assert not (tmp_path / "runs").exists()
-    cache = tmp_path / "data" / "cache"
+    assert err.splitlines()[-1] == expected
+    assert snapshot(Path("runs")) == runs  # no run folder, nothing written into a resumed one
+    cache = Path("data/cache")
     leftovers = [p for p in cache.rglob(".*")] if cache.exists() else []
     assert not leftovers  # caches are built in temporary names and renamed only when complete
 
 
-def test_dropped_pairs_are_counted_in_the_log(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("case", doc_rows("log line"))
+def test_each_dropped_pairs_line_is_logged_whole(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
-    """Empty and over-long pairs are not errors: they are dropped and the log line counts them."""
-    import seq2seq.data
-    from seq2seq.data import TranslationDataModule
-
-    corpus = write_corpus(tmp_path / "c", SMALL)
-    for lang in ("de", "en"):
-        with (corpus / f"train.{lang}").open("a") as file:
-            file.write("\n" + " ".join(["hund"] * 80) + "\n")  # one empty pair, one too long
+    """Empty and over-long pairs are not errors: they are dropped, and the corpus's line counts them."""
+    row = doc_rows("log line")[case]
+    monkeypatch.chdir(tmp_path)
+    write_corpus(Path("good"), SMALL)
+    LOG_LINES[case](tmp_path, request)
     said: list[str] = []
     monkeypatch.setattr(seq2seq.data, "rank_zero_info", said.append)
-    cfg = TrainConfig(
-        data_dir=str(corpus), vocab_size=60, max_len=50, cache_dir=str(tmp_path / "c")
-    )
-    dm = TranslationDataModule(cfg)
+    dm = TranslationDataModule(parse_args(tiny_train_args(Path("good"), Path("runs"), *flags(row))))
     dm.prepare_data()
     dm.setup("fit")
-    assert (
-        "dropped: train/empty 1, train/too_long 1 (too_long: longer than max_len, 50 subwords)"
-        in said[0]
-    )
+    assert [line for line in said if "dropped:" in line] == [code(row["log line"])]
+    val_rows = sorted(i for batch in dm.val_dataloader() for i in batch["index"].tolist())
+    assert val_rows == list(range(SMALL["val"]))  # a long validation pair, the last, is in no batch
+
+
+@pytest.mark.parametrize("case", doc_rows("line"))
+def test_each_warning_is_one_line_and_the_run_goes_on(
+    case: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    row = doc_rows("line")[case]
+    monkeypatch.chdir(tmp_path)
+    write_corpus(Path("good"), SMALL)
+    WARNINGS[case](tmp_path, request)
+    args = tiny_train_args(Path("good"), Path("runs"), *flags(row), "--max-steps", "2")
+    assert train.main(args) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
+    assert said == [code(row["line"])]
+    # Nor does Lightning advertise its cloud services between our lines (its "Tip: ..." lines).
+    assert not [r for r in caplog.records if "Tip:" in r.getMessage()]
 
 
 def test_non_finite_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(
-    tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    write_corpus(Path("good"), SMALL)
     training_step = TranslationSystem.training_step
 
     def poisoned(self: TranslationSystem, batch: dict, batch_idx: int) -> torch.Tensor:
@@ -242,66 +359,22 @@ def test_non_finite_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(
         return loss * float("nan") if self.trainer.global_step >= 15 else loss  # update 16
 
     monkeypatch.setattr(TranslationSystem, "training_step", poisoned)
-    args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--max-steps", "40")
+    args = tiny_train_args(Path("good"), Path("runs"), "--max-steps", "40", "--max-epochs", "100")
     assert train.main(args) == 3
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    ckpts = tmp_path / "runs" / "rnn-additive" / "version_0" / "checkpoints"
-    assert err == (
-        "error: training diverged: the loss or its gradients are not finite at step 16 "
-        f"(try a lower --lr); last good checkpoint: {(ckpts / 'last.ckpt').resolve()}"
-    )
-    last = torch.load(ckpts / "last.ckpt", weights_only=True)
+    expected = in_doc(r"error: training diverged").replace("<cwd>", str(tmp_path.resolve()))
+    assert err == expected
+    last = torch.load(RUN / "last.ckpt", weights_only=True)
     assert last["global_step"] == 10
     assert all(t.isfinite().all() for t in last["state_dict"].values())
-    assert sorted(p.name for p in ckpts.iterdir()) == ["best-10.ckpt", "last.ckpt"]
-
-
-def test_bf16_on_a_cpu_without_native_bf16_is_warned_once_in_one_line(
-    tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
-) -> None:
-    import seq2seq.launch as launch
-
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(launch, "native_bf16", lambda: False)  # as on an AVX2-only CPU
-    args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--precision", "bf16-mixed")
-    assert train.main([*args, "--max-steps", "2"]) == 0  # a warning: the run goes on
-    said = [line for line in capsys.readouterr().err.splitlines() if "bf16" in line]
-    capability = torch.backends.cpu.get_cpu_capability()
-    assert said == [launch.SLOW_BF16.format(precision="bf16-mixed", capability=capability)]
-    assert said[0].startswith("warning: --precision bf16-mixed: this CPU has no native bf16")
+    assert sorted(p.name for p in RUN.iterdir()) == ["best-10.ckpt", "last.ckpt"]
 
 
 def test_translate_refuses_a_gz_input_that_is_not_gzip(
-    tiny_checkpoint: Path, tmp_path: Path, capsys
+    trained_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    path = tmp_path / "sources.gz"
-    path.write_text("Ein hund läuft\n")  # plain text under a .gz name
-    assert load_script("translate").main([str(tiny_checkpoint), "--input", str(path)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err == f"error: --input {path}: not a gzip file (rename it without .gz if it is text)"
-
-
-def test_validation_pairs_over_the_transformers_positions_are_left_out_and_counted(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import seq2seq.data
-    from seq2seq.data import TranslationDataModule
-
-    corpus = write_corpus(tmp_path / "c", SMALL)
-    for lang in ("de", "en"):
-        with (corpus / f"val.{lang}").open("a") as file:
-            file.write(" ".join(["hund"] * 1100) + "\n")  # over 1,023 subwords: no position left
-    said: list[str] = []
-    monkeypatch.setattr(seq2seq.data, "rank_zero_info", said.append)
-    cfg = TrainConfig(
-        model="transformer", data_dir=str(corpus), vocab_size=60, cache_dir=str(tmp_path / "c")
-    )
-    dm = TranslationDataModule(cfg)
-    dm.prepare_data()
-    dm.setup("fit")
-    assert (
-        "dropped: val/too_long 1 (too_long: longer than max_len, 100 subwords; in val and "
-        in said[0]
-    )
-    rows = sorted(i for batch in dm.val_dataloader() for i in batch["index"].tolist())
-    assert rows == list(range(SMALL["val"]))  # the long pair, the last one, is not in any batch
+    monkeypatch.chdir(tmp_path)
+    Path("sources.gz").write_text("Ein hund läuft\n")  # plain text under a .gz name
+    ckpt = str(trained_run / RUN / "last.ckpt")
+    assert load_script("translate").main([ckpt, "--input", "sources.gz"]) == 2
+    assert capsys.readouterr().err.strip() == in_doc(r"error: --input sources.gz")
