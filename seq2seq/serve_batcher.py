@@ -74,9 +74,8 @@ class Batcher:
             if self._closed:
                 raise RuntimeError("the batcher is closed")
             if self._queued + len(items) > self.max_queue:
-                raise Busy(
-                    f"{self._queued} sentences are waiting, the queue holds {self.max_queue}"
-                )
+                waiting = f"{self._queued} of {self.max_queue} sentences already queued"
+                raise Busy(f"{waiting}, no room for {len(items)} more")
             self._jobs.append(job)
             self._queued += len(items)
             self._changed.notify()

@@ -40,7 +40,6 @@ SENTENCES = [de for de, _ in PAIRS]
 GOOD = {"sentences": SENTENCES[:2], "beam": 2}
 MAX_LEN = 40  # the tiny Transformer's positions: a long source is cut by Translator itself
 LIMITS = Limits(max_batch=4, max_queue=8, max_chars=200)
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
@@ -232,7 +231,9 @@ def test_full_queue_answers_busy_at_once(gated: tuple[str, GatedTranslator]) -> 
             wait_until(lambda: queued(base) == 1)  # the second fills the queue of one
             # answered while the gate is shut: the third request did not wait for the model
             status, answer = call(base, "/api/translate", {"sentences": ["Eine Frau"]})
-            assert status == 503 and answer["error"].startswith("busy: 1 sentences are waiting")
+            assert status == 503 and answer["error"] == (
+                "busy: 1 of 1 sentences already queued, no room for 1 more; try again shortly"
+            )
         finally:
             model.gate.set()
         assert first.result(30)[0] == 200 and second.result(30)[0] == 200
@@ -333,7 +334,8 @@ def above_4(fd: int) -> int:
 
 class DevTools:
     """Chromium driven over its DevTools protocol on a pipe (--remote-debugging-pipe): JSON
-    messages ending in NUL, commands to the browser's fd 3, answers and events from its fd 4."""
+    messages ending in NUL, commands to the browser's fd 3, answers and events from its fd 4.
+    `open(url)` attaches to the page; `js` and `click` then act in it."""
 
     def __init__(self, profile: Path) -> None:
         chromium = shutil.which("chromium")
@@ -343,30 +345,28 @@ class DevTools:
         self.browser = subprocess.Popen(
             [sys.executable, "-c", ON_FDS_3_AND_4, str(to_browser), str(from_browser), chromium,
              "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
-             f"--user-data-dir={profile}", "--window-size=1200,900", "--no-first-run",
+             f"--user-data-dir={profile}", "--window-size=1400,900", "--no-first-run",
              "about:blank"],
             pass_fds=(to_browser, from_browser), stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         os.close(to_browser)
         os.close(from_browser)
-        self.next_id, self.buffer = 0, b""
+        self.next_id, self.buffer, self.session = 0, b"", None
 
-    def send(self, method: str, session: str | None = None, **params: Any) -> dict[str, Any]:
-        """Run one command and return its result; events that come meanwhile are dropped."""
+    def send(self, method: str, **params: Any) -> dict[str, Any]:
+        """Run one command (in the page, once opened) and return its result; events are dropped."""
         self.next_id += 1
         message = {"id": self.next_id, "method": method, "params": params}
-        os.write(
-            self.write,
-            json.dumps(message | ({"sessionId": session} if session else {})).encode() + b"\0",
-        )
+        if self.session:
+            message["sessionId"] = self.session
+        os.write(self.write, json.dumps(message).encode() + b"\0")
         deadline = time.monotonic() + 30
         while True:
             while b"\0" not in self.buffer:
                 left = deadline - time.monotonic()
-                assert left > 0 and select.select([self.read], [], [], left)[0], (
-                    f"{method}: no answer"
-                )
+                ready = left > 0 and select.select([self.read], [], [], left)[0]
+                assert ready, f"{method}: no answer from chromium"
                 chunk = os.read(self.read, 1 << 16)
                 assert chunk, "chromium closed its pipe"
                 self.buffer += chunk
@@ -375,6 +375,33 @@ class DevTools:
             if answer.get("id") == self.next_id:
                 assert "error" not in answer, f"{method}: {answer['error']}"
                 return answer["result"]
+
+    def open(self, url: str) -> None:
+        pages = [t for t in self.send("Target.getTargets")["targetInfos"] if t["type"] == "page"]
+        attached = self.send("Target.attachToTarget", targetId=pages[0]["targetId"], flatten=True)
+        self.session = attached["sessionId"]
+        self.send("Page.navigate", url=url)
+        wait_until(
+            lambda: self.js("location.href + ' ' + document.readyState") == f"{url} complete"
+        )
+
+    def js(self, expression: str) -> Any:
+        """The value of `expression` in the page (a promise is awaited)."""
+        result = self.send("Runtime.evaluate", expression=expression, awaitPromise=True,
+                           returnByValue=True)  # fmt: skip
+        assert "exceptionDetails" not in result, result["exceptionDetails"]
+        return result["result"].get("value")
+
+    def wait_for(self, condition: str) -> Any:
+        """The value of the JavaScript `condition` once it is truthy (20 s at most)."""
+        return self.js(WAIT_FOR.replace("CONDITION", condition))
+
+    def click(self, selector: str) -> None:
+        """A real mouse click (moved, pressed, released) on the middle of `selector`'s element."""
+        box = f"document.querySelector({selector!r}).getBoundingClientRect()"
+        x, y = self.js(f"(r => [r.x + r.width / 2, r.y + r.height / 2])({box})")
+        for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
+            self.send("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
 
     def close(self) -> None:
         with contextlib.suppress(OSError, AssertionError):
@@ -388,76 +415,48 @@ class DevTools:
         os.close(self.read)
 
 
-WAIT_FOR = """new Promise((done, fail) => {{
+WAIT_FOR = """new Promise((done, fail) => {
   const start = Date.now();
-  (function poll() {{
-    const value = ({condition});
+  (function poll() {
+    const value = (CONDITION);
     if (value) done(value);
-    else if (Date.now() - start > 20000) fail(new Error("timed out: " + {condition!r}));
+    else if (Date.now() - start > 20000) fail(new Error("timed out waiting for the page"));
     else setTimeout(poll, 50);
-  }})();
-}})"""
+  })();
+})"""
 
 
 @pytest.mark.slow
-def test_page_translates_a_typed_sentence_in_chromium(
-    tiny_checkpoint: Path, tmp_path: Path
+def test_page_shows_each_models_translation_and_heatmap_in_chromium(
+    server: str, paths: dict[str, Path], tmp_path: Path
 ) -> None:
-    command = [sys.executable, str(ROOT / "scripts" / "serve.py"), str(tiny_checkpoint),
-               "--port", "0", "--device", "cpu", "--log-level", "warning"]  # fmt: skip
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=tmp_path)
-    browser = None
+    browser = DevTools(tmp_path / "profile")
     try:
-        ready, _, _ = select.select([server.stdout], [], [], 60)
-        line = server.stdout.readline() if ready else ""
-        assert line.startswith("serving 1 model(s) at http://127.0.0.1:"), line
-        url = line.split(" at ")[1].strip()
-        browser = DevTools(tmp_path / "profile")
-        target = next(
-            t for t in browser.send("Target.getTargets")["targetInfos"] if t["type"] == "page"
-        )
-        session = browser.send("Target.attachToTarget", targetId=target["targetId"], flatten=True)[
-            "sessionId"
-        ]
-
-        def js(expression: str) -> Any:
-            result = browser.send("Runtime.evaluate", session, expression=expression,
-                                  awaitPromise=True, returnByValue=True)  # fmt: skip
-            assert "exceptionDetails" not in result, result["exceptionDetails"]
-            return result["result"].get("value")
-
-        def click(selector: str) -> None:
-            x, y = js(f"(r => [r.x + r.width / 2, r.y + r.height / 2])"
-                      f"(document.querySelector({selector!r}).getBoundingClientRect())")  # fmt: skip
-            for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
-                browser.send("Input.dispatchMouseEvent", session, type=kind, x=x, y=y,
-                             button="left", clickCount=1)  # fmt: skip
-
-        browser.send("Page.navigate", session, url=url)
-        wait_until(lambda: js("location.href + ' ' + document.readyState") == f"{url} complete")
-        js(
-            WAIT_FOR.format(
-                condition="document.getElementById('about').textContent.startsWith('Models: last')"
-            )
-        )
-        click("#source")
-        browser.send("Input.insertText", session, text=SENTENCES[0])
-        click("#go")
-        shown = js(
-            WAIT_FOR.format(condition="document.querySelector('.model .translation')?.textContent")
-        )
-        cells = js("document.querySelectorAll('.model svg.heatmap rect[data-i]').length")
-        links = js("document.querySelectorAll('.model .links line').length")
-        click(".model svg.heatmap rect[data-i='0'][data-j='0']")
-        readout = js("document.querySelector('.model .readout').textContent")
+        browser.open(server + "/")
+        browser.wait_for("document.getElementById('about').textContent.startsWith('Models: gru')")
+        browser.click("#source")
+        browser.send("Input.insertText", text=SENTENCES[0])  # as typed: one input event
+        browser.click("#go")
+        every = "[...document.querySelectorAll('.model .translation')].map(e => e.textContent)"
+        shown = browser.wait_for(f"(t => t.length === 2 && t.every(Boolean) && t)({every})")
+        panels = browser.js("""[...document.querySelectorAll('.model')].map(panel => [
+            panel.dataset.model,
+            panel.querySelectorAll('svg.heatmap rect[data-i]').length,
+            panel.querySelectorAll('.links line').length])""")
+        browser.click(".model svg.heatmap rect[data-i='1'][data-j='0']")  # the pointer on a cell
+        readout = browser.js("document.querySelector('.model .readout').textContent")
     finally:
-        if browser is not None:
-            browser.close()
-        server.terminate()
-        server.wait(20)
-    [expected] = Translator.load(tiny_checkpoint).translate([SENTENCES[0]], return_alignments=True)
-    assert shown == expected.text
-    assert cells == len(expected.src_tokens) * len(expected.tgt_tokens)
-    assert links == len(expected.word_alignment) > 0
-    weight = expected.to_dict(4)["attention"][0][0]  # the page shows the answer's 4 digits
-    assert readout == f"{expected.tgt_tokens[0]} ← {expected.src_tokens[0]}: {weight:.4f}"
+        browser.close()
+    expected = {
+        name: Translator.load(path).translate([SENTENCES[0]], return_alignments=True)[0]
+        for name, path in paths.items()
+    }  # the page asks for beam 5, the default
+    assert shown == [expected[name].text for name in ("gru", "transformer")]
+    assert panels == [
+        [name, len(hyp.src_tokens) * len(hyp.tgt_tokens), len(hyp.word_alignment)]
+        for name, hyp in expected.items()
+    ]
+    assert panels[0][2] > 0  # the trained GRU links words
+    gru = expected["gru"]
+    weight = gru.to_dict(4)["attention"][1][0]  # the page shows the answer's 4 digits
+    assert readout == f"{gru.tgt_tokens[1]} ← {gru.src_tokens[0]}: {weight:.4f}"
