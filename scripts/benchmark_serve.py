@@ -1,0 +1,207 @@
+"""Load test of scripts/serve.py: throughput and latency under concurrent clients, and memory.
+
+    python scripts/benchmark_serve.py CKPT --src-file test.de.gz [--quick] [--json FILE]
+
+ceiling: `Translator.translate` called directly in this process on the sentences a level sends
+(its own batching, no HTTP; the median of three calls): sentences/s. server: scripts/serve.py CKPT
+in a child process on 127.0.0.1, and 1, 4 and 16 client threads here, each with its own connection
+sending one-sentence requests one after another (POST /api/translate, alignments off, as the
+ceiling), greedy and beam 5: sentences/s, p50 and p99 latency, and the ratio to the ceiling.
+memory: a fresh server's resident memory (VmRSS) after 100 and after 10,000 requests from 16
+clients (beam 5, alignments on: what the page asks for). Both processes use torch's default
+thread count; the clients only wait on sockets. Every client talks to 127.0.0.1 only; every wait
+has a deadline. `--quick`: 16 requests a level, memory after 20 and 200 requests.
+"""
+
+import argparse
+import contextlib
+import gzip
+import http.client
+import json
+import os
+import platform
+import select
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+SERVE = Path(__file__).with_name("serve.py")
+CLIENTS = (1, 4, 16)
+BEAMS = (1, 5)
+TIMEOUT = 120  # seconds one request may take before the run is called broken
+
+
+def read_sentences(path: str, count: int) -> list[str]:
+    """The first `count` non-blank lines of `path` (plain or .gz)."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as lines:
+        found = [line.strip() for line in lines if line.strip()]
+    if not found:
+        raise SystemExit(f"error: {path}: no sentences")
+    return [found[i % len(found)] for i in range(count)]
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on, and at which commit."""
+    model = platform.processor() or "unknown"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as info:
+        model = next(
+            (ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name")), model
+        )
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=SERVE.parent
+    ).stdout.strip()
+    return {"cpu": model, "cores": os.cpu_count(), "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(), "commit": commit or None}  # fmt: skip
+
+
+def ceiling(checkpoint: str, device: str, sentences: list[str], beam: int) -> float:
+    """Sentences/s of a direct `Translator.translate` call over `sentences`: the median of three
+    calls after a warm-up, as the server's figure comes after its own."""
+    from seq2seq.translator import Translator
+
+    translator = Translator.load(checkpoint, device)
+    translator.translate(sentences[:8], beam=beam)
+    seconds = []
+    for _ in range(3):
+        start = time.perf_counter()
+        translator.translate(sentences, beam=beam)
+        seconds.append(time.perf_counter() - start)
+    return len(sentences) / statistics.median(seconds)
+
+
+class Server:
+    """scripts/serve.py CKPT in a child on 127.0.0.1 and a free port; stopped on exit."""
+
+    def __init__(self, checkpoint: str, device: str) -> None:
+        command = [sys.executable, str(SERVE), checkpoint, "--port", "0", "--device", device,
+                   "--log-level", "warning", "--max-queue", "1024"]  # fmt: skip
+        self.child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        ready = select.select([self.child.stdout], [], [], 300)[0]
+        line = self.child.stdout.readline() if ready else ""
+        if " at http://127.0.0.1:" not in line:
+            self.close()
+            raise SystemExit(f"error: serve.py did not start ({line.strip() or 'no answer'})")
+        self.port = int(line.rsplit(":", 1)[1].strip(" /\n"))
+
+    def rss_mb(self) -> float:
+        with open(f"/proc/{self.child.pid}/status") as status:
+            return next(int(ln.split()[1]) / 1024 for ln in status if ln.startswith("VmRSS"))
+
+    def close(self) -> None:
+        self.child.terminate()
+        try:
+            self.child.wait(30)
+        except subprocess.TimeoutExpired:
+            self.child.kill()
+            self.child.wait(30)
+
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def load(port: int, clients: int, jobs: list[str], beam: int, alignments: bool) -> dict[str, Any]:
+    """`clients` threads share `jobs` (one sentence a request, in turn); their latencies and the
+    sentences/s of the whole level. A request that fails stops the run: the figures would lie."""
+    latencies: list[float] = []
+    failures: list[str] = []
+    lock = threading.Lock()
+
+    def client(mine: list[str]) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
+        try:
+            for sentence in mine:
+                body = {"sentences": [sentence], "beam": beam, "alignments": alignments}
+                start = time.perf_counter()
+                conn.request("POST", "/api/translate", json.dumps(body))
+                answer = conn.getresponse()
+                text = answer.read()
+                took = time.perf_counter() - start
+                with lock:
+                    latencies.append(took)
+                    if answer.status != 200:
+                        failures.append(f"{answer.status} {text[:200]!r}")
+        except OSError as err:
+            with lock:
+                failures.append(repr(err))
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=client, args=(jobs[k::clients],)) for k in range(clients)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(TIMEOUT * len(jobs))
+    wall = time.perf_counter() - start
+    if failures or any(thread.is_alive() for thread in threads):
+        raise SystemExit(f"error: {len(failures)} requests failed, e.g. {failures[:1]}")
+    cuts = statistics.quantiles(latencies, n=100, method="inclusive")  # 99 cut points
+    return {"clients": clients, "beam": beam, "requests": len(jobs),
+            "sentences_per_sec": len(jobs) / wall, "p50_ms": 1000 * cuts[49],
+            "p99_ms": 1000 * cuts[98]}  # fmt: skip
+
+
+def memory(checkpoint: str, device: str, sentences: list[str], marks: tuple[int, int]) -> dict:
+    """A fresh server's VmRSS after marks[0] and after marks[1] requests from 16 clients."""
+    with Server(checkpoint, device) as server:
+        done, rss = 0, {}
+        for mark in marks:
+            jobs = [sentences[i % len(sentences)] for i in range(done, mark)]
+            load(server.port, 16, jobs, beam=5, alignments=True)
+            done, rss[f"rss_mb_after_{mark}"] = mark, server.rss_mb()
+    first, last = (rss[f"rss_mb_after_{mark}"] for mark in marks)
+    return {**rss, "growth": last / first - 1}
+
+
+def main(argv: list[str] | None = None) -> int:
+    quick = "--quick" in (sys.argv[1:] if argv is None else argv)  # it sets the defaults below
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
+    parser.add_argument("checkpoint", metavar="CKPT")
+    parser.add_argument("--src-file", required=True, help="source sentences (plain or .gz)")
+    parser.add_argument("--quick", action="store_true", help="a short, noisy run of every figure")
+    parser.add_argument(
+        "--requests", type=int, default=16 if quick else 400, help="requests a level sends"
+    )
+    parser.add_argument(
+        "--memory-marks", type=int, nargs=2, default=(20, 200) if quick else (100, 10_000),
+        metavar=("EARLY", "LATE"), help="read the server's RSS after this many requests",
+    )  # fmt: skip
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, ... for both processes")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures here")
+    args = parser.parse_args(argv)
+    sentences = read_sentences(args.src_file, max(args.requests, 1000))
+    jobs = sentences[: args.requests]
+    result: dict[str, Any] = {"machine": machine(), "checkpoint": args.checkpoint,
+                              "src_file": args.src_file, "ceiling": {}, "server": []}  # fmt: skip
+    for beam in BEAMS:
+        print(f"ceiling, beam {beam} ...", file=sys.stderr, flush=True)
+        result["ceiling"][f"beam{beam}"] = ceiling(args.checkpoint, args.device, jobs, beam)
+    with Server(args.checkpoint, args.device) as server:
+        load(server.port, 4, jobs[:8], beam=1, alignments=False)  # warm-up
+        for beam in BEAMS:
+            for clients in CLIENTS:
+                print(f"server, beam {beam}, {clients} clients ...", file=sys.stderr, flush=True)
+                level = load(server.port, clients, jobs, beam, alignments=False)
+                level["vs_ceiling"] = level["sentences_per_sec"] / result["ceiling"][f"beam{beam}"]
+                result["server"].append(level)
+    print(f"memory over {args.memory_marks[1]} requests ...", file=sys.stderr, flush=True)
+    result["memory"] = memory(args.checkpoint, args.device, sentences, tuple(args.memory_marks))
+    text = json.dumps(result, indent=2)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
