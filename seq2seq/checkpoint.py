@@ -23,45 +23,28 @@ checkpoint was: `atomic_save` writes a temporary file in the same folder, fsyncs
 the target, so readers see the old file or the new one, never half of one.
 """
 
-import contextlib
-import os
-import tempfile
+import io
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from seq2seq.atomic import atomic_write
 from seq2seq.errors import UserError
 from seq2seq.interface import Seq2Seq
 from seq2seq.models import MODEL_KEYS, build_model
 from seq2seq.tokenizer import Tokenizer
 
-TEMP_SUFFIX = ".tmp"
-
 
 def atomic_save(obj: Any, path: str | Path) -> None:
-    """`torch.save(obj, path)` that leaves either the old file or the new one, never a torn one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Same folder as the target, so the rename below never crosses a filesystem.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
-    try:
-        with os.fdopen(fd, "wb") as file:
-            torch.save(obj, file)
-            file.flush()
-            os.fsync(file.fileno())  # the bytes reach the disk before the name points at them
-        os.chmod(tmp, 0o644)  # mkstemp makes the file private; checkpoints are shared like logs
-        os.replace(tmp, path)
-    except BaseException:  # KeyboardInterrupt too: no temporary file outlives a failed save
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):  # the rename itself survives a power cut
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    """`torch.save(obj, path)` that leaves either the old file or the new one, never a torn one.
+
+    The checkpoint is serialised in memory first: torch's writer turns a failed write (a full disk,
+    `ulimit -f`) into an opaque RuntimeError, while a plain write raises the OSError that says why.
+    """
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    atomic_write(path, lambda file: file.write(buffer.getbuffer()))
 
 
 def read_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:

@@ -283,7 +283,10 @@ def _encode_split(
             atomic_write_text(tmp / "meta.json", json.dumps(meta))
             fsync_folder(tmp)  # the folder's entries reach the disk before its new name does
         except OSError as err:  # a full disk, a quota, `ulimit -f`: nothing is published
-            raise UserError(f"{path}: cannot write the cache ({err.strerror or err})") from None
+            raise UserError(
+                f"`cache_dir` {cfg.cache_dir}: cannot write the encoded split {split!r} "
+                f"({_reason(err)})"
+            ) from None
         try:
             os.replace(tmp, path)  # all or nothing
         except OSError:  # a builder on another machine (a lock that did not reach it) was first
@@ -294,6 +297,14 @@ def _encode_split(
         shutil.rmtree(tmp, ignore_errors=True)
     rate = f"{rows / max(seconds, 1e-9):,.0f} pairs/s, {workers} proc, {_cpu() - cpu:.0f} CPU s"
     _log(f"encoded {split}: {rows:,} pairs in {seconds:.1f} s ({rate})")
+
+
+def _reason(err: OSError) -> str:
+    """The system's words for a failed write; Arrow's errors carry the errno only in their text."""
+    if err.errno:
+        return os.strerror(err.errno)
+    found = re.search(r"\[errno (\d+)\]", str(err))
+    return os.strerror(int(found.group(1))) if found else str(err)
 
 
 def _fsynced(path: Path) -> int:

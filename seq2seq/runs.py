@@ -14,7 +14,8 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from seq2seq.checkpoint import TEMP_SUFFIX, atomic_save, read_checkpoint
+from seq2seq.atomic import TEMP_SUFFIX
+from seq2seq.checkpoint import atomic_save, read_checkpoint
 from seq2seq.errors import UserError
 
 
@@ -34,7 +35,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     ) -> None:
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} takes no storage_options")
-        atomic_save(checkpoint, path)
+        try:
+            atomic_save(checkpoint, path)
+        except OSError as err:  # a full disk, a quota: the previous checkpoint is kept as it was
+            raise UserError(f"{path}: cannot write the checkpoint ({err.strerror})") from None
 
 
 class LastCheckpoint(ModelCheckpoint):

@@ -311,14 +311,18 @@ def load_or_train_tokenizer(
                 os.fsync(file.fileno())
             os.chmod(tmp, 0o644)  # the cache is shared like the data
         except OSError as err:  # a full disk, a quota: nothing is published
-            raise UserError(f"{path}: cannot write the tokenizer ({err.strerror})") from None
+            raise UserError(
+                f"`cache_dir` {cache_dir}: cannot write the tokenizer ({err.strerror})"
+            ) from None
         try:
             os.link(tmp, path)
         except FileExistsError:
             return load_tokenizer(path)
         except OSError as err:
             if err.errno not in NO_HARD_LINKS:
-                raise UserError(f"{path}: cannot publish the tokenizer ({err.strerror})") from None
+                raise UserError(
+                    f"`cache_dir` {cache_dir}: cannot publish the tokenizer ({err.strerror})"
+                ) from None
             os.replace(tmp, path)  # a file system without hard links: a rename is atomic too
         fsync_folder(path.parent)
         atomic_write_text(checksum_path(path), hashlib.sha256(data).hexdigest() + "\n")

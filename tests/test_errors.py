@@ -11,19 +11,25 @@ page, then its setup here (`flags_only` when its flags are all it needs).
 """
 
 import contextlib
+import errno
+import os
 import re
 import shlex
 import shutil
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 
+import seq2seq.cachelock as cachelock
 import seq2seq.data
 import seq2seq.launch as launch
+import seq2seq.prepare
 from seq2seq.config import parse_args
 from seq2seq.data import TranslationDataModule
+from seq2seq.prepare import prepare
 from seq2seq.system import TranslationSystem
 from tests.conftest import load_script, tiny_train_args, write_corpus
 
@@ -150,6 +156,18 @@ def trained(tmp: Path, request: pytest.FixtureRequest) -> None:
         shutil.copytree(root / name, tmp / name)
 
 
+def trained_then_edited(tmp: Path, request: pytest.FixtureRequest) -> dict[str, str]:
+    """The tiny run, then a line of its training corpus changed; <then> and <now> are the SHA-1s
+    of the training pairs as the checkpoint and as the cache of the edited corpus record them."""
+    trained(tmp, request)
+    lines = Path("good/train.en").read_text().splitlines()
+    lines[3] = lines[3].upper()
+    Path("good/train.en").write_text("\n".join(lines) + "\n")
+    then = torch.load(RUN / "best-10.ckpt", weights_only=True)[TranslationDataModule.__qualname__]
+    now = prepare(parse_args(tiny_train_args(Path("good"), Path("runs")))).meta["train"]["sha1"]
+    return {"<then>": then["corpus"][:12], "<now>": now[:12]}
+
+
 def weights_only(tmp: Path, request: pytest.FixtureRequest) -> None:
     checkpoint = torch.load(request.getfixturevalue("trained_run") / RUN / "last.ckpt")
     for key in ("loops", "optimizer_states", "lr_schedulers"):
@@ -218,6 +236,8 @@ REFUSALS: dict[str, Setup] = {
     "checkpoint of another model": trained,
     "checkpoint of another tokenizer": trained,
     "resume with other batching or seed": trained,
+    "resume with another schedule": trained,
+    "resume on edited training pairs": trained_then_edited,
     "a YAML value of the wrong type": bad_yaml,
     "precision typo": flags_only,
     "strategy typo": flags_only,
@@ -270,8 +290,118 @@ WARNINGS: dict[str, Setup] = {
 }
 
 
+def signal_during_update(signum: int) -> Setup:
+    """The signal `signum`, sent to this process while update 6 trains."""
+
+    def setup(tmp: Path, request: pytest.FixtureRequest) -> None:
+        monkeypatch = request.getfixturevalue("monkeypatch")
+
+        def hook(self: TranslationSystem, batch: dict, batch_idx: int) -> None:
+            if self.trainer.global_step == 5:
+                os.kill(os.getpid(), signum)
+
+        monkeypatch.setattr(TranslationSystem, "on_train_batch_start", hook, raising=False)
+
+    return setup
+
+
+def signal_while_reading(tmp: Path, request: pytest.FixtureRequest) -> None:
+    monkeypatch = request.getfixturevalue("monkeypatch")
+    setup = TranslationDataModule.setup
+
+    def reading(self: TranslationDataModule, stage: str | None = None) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        setup(self, stage)
+
+    monkeypatch.setattr(TranslationDataModule, "setup", reading)
+
+
+def full_disk(target: object, name: str, cache_first: bool = False) -> Setup:
+    """`target.name` raises ENOSPC, as a full disk does (a real one: tests/test_storage.py); with
+    `cache_first`, after the data cache is built."""
+
+    def setup(tmp: Path, request: pytest.FixtureRequest) -> None:
+        if cache_first:
+            prepare(parse_args(tiny_train_args(Path("good"), Path("runs"))))
+
+        def full(*args: object, **kwargs: object) -> None:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        request.getfixturevalue("monkeypatch").setattr(target, name, full)
+
+    return setup
+
+
+def cached(change: Callable[[Path], dict[str, str]]) -> Setup:
+    """The data cache of the tiny flags, built here, then damaged by `change(cache folder)`."""
+
+    def setup(tmp: Path, request: pytest.FixtureRequest) -> dict[str, str]:
+        prepare(parse_args(tiny_train_args(Path("good"), Path("runs"))))
+        return change(Path("data/cache"))
+
+    return setup
+
+
+def cut_shard(cache: Path) -> dict[str, str]:
+    [folder] = (cache / "encoded").glob("*-train-*")
+    shard = folder / "shard-00000.arrow"
+    size = shard.stat().st_size
+    os.truncate(shard, size // 2)
+    return {"<folder>": str(folder), "<cut>": f"{size // 2:,}", "<size>": f"{size:,}"}
+
+
+def empty_meta(cache: Path) -> dict[str, str]:
+    [folder] = (cache / "encoded").glob("*-val-*")
+    (folder / "meta.json").write_text("")
+    return {"<folder>": str(folder)}
+
+
+def cut_tokenizer(cache: Path) -> dict[str, str]:
+    [model] = cache.glob("spm-*.model")
+    data = model.read_bytes()
+    model.write_bytes(data[: len(data) * 2 // 3])
+    return {"<model>": str(model), "<bytes>": f"{len(data) * 2 // 3:,}", "<name>": model.name}
+
+
+def no_locks(tmp: Path, request: pytest.FixtureRequest) -> None:
+    def lockf(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+
+    request.getfixturevalue("monkeypatch").setattr(cachelock.fcntl, "lockf", lockf)
+
+
+def foreign_lock(tmp: Path, request: pytest.FixtureRequest) -> dict[str, str]:
+    """Opening the lock file is refused, as for another user's 0644 file (root is never refused);
+    <lock> is filled in with its name when it is tried."""
+    found: dict[str, str] = {}
+
+    def refused(lock: Path) -> int:
+        lock.touch()
+        found["<lock>"] = lock.name
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+
+    request.getfixturevalue("monkeypatch").setattr(cachelock, "_open_shared", refused)
+    return found
+
+
+FAULTS: dict[str, Setup] = {
+    "SIGTERM during training": signal_during_update(signal.SIGTERM),
+    "the stop signal": signal_during_update(signal.SIGUSR1),
+    "the time budget spent": flags_only,
+    "a stop before training begins": signal_while_reading,
+    "a full disk at a checkpoint": full_disk(os, "fsync", cache_first=True),
+    "a full disk at the tokenizer": full_disk(os, "fsync"),
+    "a full disk at a split": full_disk(seq2seq.prepare, "_fsynced"),
+    "a shard cut short": cached(cut_shard),
+    "an empty `meta.json`": cached(empty_meta),
+    "a damaged tokenizer": cached(cut_tokenizer),
+    "a file system without locks": no_locks,
+    "another user's lock file": foreign_lock,
+}
+
+
 def test_every_row_of_the_doc_has_a_case() -> None:
-    rows, cases = doc_rows().keys(), [*REFUSALS, *LOG_LINES, *WARNINGS]
+    rows, cases = doc_rows().keys(), [*REFUSALS, *LOG_LINES, *WARNINGS, *FAULTS]
     assert sorted(rows - set(cases)) == [], "rows of docs/errors.md with no case here"
     assert sorted(set(cases) - rows) == [], "cases here whose row is gone from docs/errors.md"
 
@@ -305,6 +435,30 @@ def test_each_refusal_is_printed_whole_exits_2_and_writes_nothing(
     cache = Path("data/cache")
     leftovers = [p for p in cache.rglob(".*")] if cache.exists() else []
     assert not leftovers  # caches are built in temporary names and renamed only when complete
+
+
+@pytest.mark.parametrize("case", doc_rows("printed"))
+def test_each_stop_and_storage_fault_prints_its_line_and_exit_status(
+    case: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    row = doc_rows("printed")[case]
+    monkeypatch.chdir(tmp_path)
+    write_corpus(Path("good"), SMALL)
+    values = FAULTS[case](tmp_path, request)  # may fill in while the run goes on
+    status = train.main(tiny_train_args(Path("good"), Path("runs"), *flags(row)))
+    said = capsys.readouterr().err.splitlines()
+    expected = code(row["printed"]).replace("<cwd>", str(tmp_path.resolve()))
+    if "<N>" in expected:
+        expected = expected.replace("<N>", str(torch.load(RUN / "last.ckpt")["global_step"]))
+    for placeholder, value in (values or {}).items():
+        expected = expected.replace(placeholder, value)
+    assert status == int(row["status"]), said[-5:]
+    assert expected in said, said[-5:]
+    assert "Traceback" not in "\n".join(said)
 
 
 @pytest.mark.parametrize("case", doc_rows("log line"))

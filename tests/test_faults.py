@@ -68,10 +68,33 @@ def _wait_for(what: str, started: subprocess.Popen, log: Path, cache: Path) -> N
             return
         if what == "encoding" and any((cache / "encoded").glob(".*-train-*")):
             return
-        if what == "renames" and "encoded train:" in log.read_text():
+        if what == "renames" and _stopped(started.pid):  # paused at the rename (AT_RENAME)
             return
         time.sleep(0.005)
     raise AssertionError(f"never reached {what}")
+
+
+# The builder stops itself (SIGSTOP) right before it renames the whole training split into place, so
+# that the test's SIGKILL lands at the rename itself: a moment too short to hit from outside.
+AT_RENAME = """
+import os, signal, sys
+real = os.replace
+def paused(src, dst):
+    if "/encoded/" in str(dst) and "-train-" in str(dst):
+        os.kill(os.getpid(), signal.SIGSTOP)
+    return real(src, dst)
+os.replace = paused
+sys.argv = sys.argv[1:]
+exec(open(sys.argv[0]).read())
+"""
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process `pid` is stopped by a signal (state T in /proc)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+    except OSError:
+        return False
 
 
 def _group_gone(pgid: int, seconds: float) -> bool:
@@ -98,17 +121,22 @@ def test_a_killed_preparation_restarts_to_the_cache_of_a_clean_build(
     corpus, clean = corpus_and_clean_cache
     cache, log = tmp_path / "cache", tmp_path / "killed.log"
     rng = random.Random(f"{phase}-{whom}")  # seeded: the same moments on every run
-    window = {"tokenizer": 0.4, "encoding": 0.6, "renames": 0.15}[phase]
+    # At a rename the builder has stopped itself right before renaming the whole training split.
+    window = {"tokenizer": 0.4, "encoding": 0.6, "renames": 0.0}[phase]
+    args = _prepare_args(corpus, cache)
+    if phase == "renames":
+        args = [args[0], "-c", AT_RENAME, *args[1:]]
     with open(log, "w") as stderr:
         run = subprocess.Popen(
-            _prepare_args(corpus, cache), env=_env(), stdout=subprocess.DEVNULL, stderr=stderr,
+            args, env=_env(), stdout=subprocess.DEVNULL, stderr=stderr,
             start_new_session=True,  # its own process group: the workers join it
         )  # fmt: skip
         try:
             _wait_for(phase, run, log, cache)
             time.sleep(rng.uniform(0, window))
             if whom == "group":
-                os.killpg(run.pid, signal.SIGKILL)  # what a scheduler's preemption does
+                # What a scheduler does when the grace period after its SIGTERM is over.
+                os.killpg(run.pid, signal.SIGKILL)
             else:
                 run.send_signal(signal.SIGKILL)  # what the OOM killer does: the builder alone
             assert run.wait(10) == -signal.SIGKILL, "finished before it could be killed"
@@ -156,10 +184,15 @@ def test_a_waiting_process_names_the_builder_it_waits_for(
 
 
 NO_LOCK = """
-import contextlib, sys
+import contextlib, socket, sys, time
+from pathlib import Path
 import seq2seq.prepare as prepare
 prepare.exclusive = lambda *args: contextlib.nullcontext()  # a lock that does not reach the other
-sys.argv = sys.argv[1:]
+socket.gethostname = lambda: sys.argv[1]  # another machine: its temporaries are not ours to judge
+go = Path(sys.argv[2])
+while not go.exists():  # both start building at once
+    time.sleep(0.01)
+sys.argv = sys.argv[3:]
 exec(open(sys.argv[0]).read())
 """
 
@@ -171,15 +204,20 @@ def test_two_builders_the_lock_does_not_reach_end_with_one_cache(
     # Two machines on a filesystem whose locks are local to each (NFS `nolock`, Lustre `localflock`):
     # both build at once. Neither may delete the other's work; both finish on one complete cache.
     corpus, clean = corpus_and_clean_cache
-    cache = tmp_path / "cache"
-    args = ["-c", NO_LOCK, *_prepare_args(corpus, cache)[1:]]
+    cache, go = tmp_path / "cache", tmp_path / "go"
     runs = [
-        subprocess.Popen([sys.executable, *args], env=_env(), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-        for _ in range(2)
+        subprocess.Popen([sys.executable, "-c", NO_LOCK, host, str(go),
+                          *_prepare_args(corpus, cache)[1:]],
+                         env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for host in ("node-a", "node-b")
     ]  # fmt: skip
+    go.touch()
     results = [(run.wait(RESTART_SECONDS), *run.communicate()) for run in runs]
     assert [code for code, _, _ in results] == [0, 0], results
+    # Both built (neither found the cache complete when it looked), and both encoded the
+    # training split themselves: the race was real, and the first complete split won.
+    for _, out, err in results:
+        assert "built: cache" in out and "encoded train:" in err, (out, err)
     assert _contents(cache) == clean
 
 
@@ -214,7 +252,7 @@ TRAIN = ROOT / "scripts" / "train.py"
 def test_training_killed_while_writing_a_checkpoint_resumes_to_its_last_step(
     tiny_corpus: Path, tmp_path: Path
 ) -> None:
-    from seq2seq.checkpoint import TEMP_SUFFIX
+    from seq2seq.atomic import TEMP_SUFFIX
     from tests.conftest import tiny_train_args
 
     # A wider model than the tiny one, so that a checkpoint takes a while to write and fsync.

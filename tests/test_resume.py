@@ -152,6 +152,10 @@ def test_resume_restores_the_saved_state_and_matches_an_uninterrupted_run(
             "trained with --seed 1, --batch-tokens 400 (now 2, 500); resume with the same settings",
         ),
         (("--accumulate-grad-batches", "2"), "trained with --accumulate-grad-batches 1 (now 2)"),
+        # The rows read, and the cosine schedule's last step, move with these.
+        (("--limit-train-pairs", "150"), "trained with --limit-train-pairs None (now 150)"),
+        (("--max-steps", "30"), "trained with --max-steps 20 (now 30)"),
+        (("--max-epochs", "7"), "trained with --max-epochs 20 (now 7)"),
     ],
 )
 def test_resume_refuses_a_checkpoint_of_another_model(
@@ -187,6 +191,24 @@ def test_resume_refuses_a_weights_only_checkpoint(
         == f"error: {tmp_path / 'weights.ckpt'}: holds weights only, no training state to resume"
     )
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_resume_refuses_other_training_pairs(
+    interrupted: Path, tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    # The same corpus folder, one training sentence edited: the same flags would read other pairs.
+    edited = shutil.copytree(tiny_corpus, tmp_path / "tiny")
+    lines = (edited / "train.en").read_text().splitlines()
+    lines[5] = lines[5].upper()
+    (edited / "train.en").write_text("\n".join(lines) + "\n")
+    monkeypatch.chdir(interrupted)
+    ckpt = ckpt_dir(interrupted, "straight") / "best-10.ckpt"
+    args = tiny_train_args(edited, tmp_path / "runs", *EXACT, "--resume", str(ckpt))
+    assert train.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"error: {ckpt}: trained on other training pairs (SHA-1 ")
+    assert err.endswith("; resume on the corpus it trained on")
 
 
 def test_resume_path_inside_a_run_continues_that_version_folder(tmp_path: Path) -> None:

@@ -1,0 +1,127 @@
+"""Polite stops with real signals: train.py given SIGTERM, or the --stop-signal, in the middle of an
+update saves last.ckpt on the update's boundary, says so in one line and exits with status 4; the same
+command with --resume then ends where a run that was never stopped ends, weights bit for bit."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from seq2seq.errors import STOPPED
+from tests.conftest import tiny_train_args
+
+TRAIN = Path(__file__).resolve().parents[1] / "scripts" / "train.py"
+# Two batches an update, so a signal can land in the middle of one; no validation checkpoint comes
+# before the stop, and no dropout, so runs compare bit for bit.
+FLAGS = ("--accumulate-grad-batches", "2", "--max-steps", "60", "--max-epochs", "1000",
+         "--val-every", "1000", "--dropout", "0")  # fmt: skip
+
+
+def _env() -> dict[str, str]:
+    root = str(Path(__file__).resolve().parents[1])
+    return {**os.environ, "PYTHONPATH": root, "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+
+
+def _weights(run: Path) -> dict:
+    last = run / "rnn-additive" / "version_0" / "checkpoints" / "last.ckpt"
+    return torch.load(last, weights_only=True)
+
+
+@pytest.fixture(scope="module")
+def straight(tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """last.ckpt of the run never stopped."""
+    root = tmp_path_factory.mktemp("straight")
+    args = tiny_train_args(tiny_corpus, root / "runs", *FLAGS)
+    done = subprocess.run([sys.executable, str(TRAIN), *args], cwd=root, env=_env(),
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return _weights(root / "runs")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signame, flag", [("SIGTERM", ()), ("SIGUSR1", ())])
+def test_a_signal_mid_update_saves_and_the_resumed_run_ends_as_if_never_stopped(
+    tiny_corpus: Path, tmp_path: Path, straight: dict, signame: str, flag: tuple
+) -> None:
+    args = tiny_train_args(tiny_corpus, tmp_path / "runs", *FLAGS, *flag)
+    log = tmp_path / "train.log"
+    with open(log, "w") as out:
+        run = subprocess.Popen([sys.executable, str(TRAIN), *args], cwd=tmp_path, env=_env(),
+                               stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            # Lightning's progress bar counts batches: at an odd count an update is half done.
+            while not re.search(r"Epoch \d+: .*\| [3-9]/", log.read_text()):
+                assert run.poll() is None, log.read_text()[-2000:]
+                assert time.monotonic() < deadline, "training never started"
+                time.sleep(0.01)
+            run.send_signal(getattr(signal, signame))
+            status = run.wait(60)
+        finally:
+            if run.poll() is None:
+                run.kill()
+    assert status == STOPPED, log.read_text()[-2000:]
+    last = Path("runs") / "rnn-additive" / "version_0" / "checkpoints" / "last.ckpt"
+    step = _weights(tmp_path / "runs")["global_step"]
+    assert 0 < step < 60
+    assert log.read_text().strip().splitlines()[-1] == (
+        f"stopped by {signame}: saved {tmp_path / last} at update {step}; continue with the same "
+        f"command and --resume {tmp_path / last}"
+    )
+    assert not list(tmp_path.glob("hpc_ckpt*"))  # Lightning's SLURM files: not ours, not written
+    resumed = subprocess.run([sys.executable, str(TRAIN), *args, "--resume", str(tmp_path / last)],
+                             cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                             timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    after = _weights(tmp_path / "runs")
+    assert after["global_step"] == straight["global_step"] == 60
+    for name, value in straight["state_dict"].items():  # nothing lost, nothing trained twice
+        assert torch.equal(after["state_dict"][name], value), name
+
+
+@pytest.mark.slow
+def test_a_signal_before_training_begins_exits_4_with_nothing_saved(
+    tiny_corpus: Path, tmp_path: Path
+) -> None:
+    # SIGTERM while the data is prepared: the stop is noted and honoured before any update.
+    args = tiny_train_args(tiny_corpus, tmp_path / "runs", *FLAGS)
+    code = (
+        "import os, signal, sys, runpy\n"
+        "import seq2seq.data as data\n"
+        "real = data.TranslationDataModule.setup\n"
+        "def setup(self, stage=None):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    return real(self, stage)\n"
+        "data.TranslationDataModule.setup = setup\n"
+        f"sys.argv = [{str(TRAIN)!r}, *sys.argv[1:]]\n"
+        f"runpy.run_path({str(TRAIN)!r}, run_name='__main__')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, *args], cwd=tmp_path, env=_env(),
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == STOPPED, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        "stopped by SIGTERM before training began; nothing new to save"
+    )
+    assert not list((tmp_path / "runs").rglob("*.ckpt"))
+
+
+def test_the_stop_signal_is_the_flag_s_and_sigterm_always_stops(tmp_path: Path) -> None:
+    from seq2seq.stops import PoliteStop
+
+    stop = PoliteStop(tmp_path, "USR2")
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR2)}
+    stop.install()
+    try:
+        os.kill(os.getpid(), signal.SIGUSR2)  # noted, not acted on: the training loop acts
+        assert stop.requested == "stopped by SIGUSR2"
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.requested == "stopped by SIGUSR2"  # the first reason is kept
+    finally:
+        stop.restore()
+    assert {sig: signal.getsignal(sig) for sig in handlers} == handlers
