@@ -22,11 +22,10 @@ from seq2seq.split_rows import SplitRows
 from seq2seq.tokenizer import Tokenizer
 from seq2seq.transformer_layers import POSITIONS
 
-# The flags that fix the order of training batches and the learning-rate horizon: a resumed run must
-# use the checkpoint's, or its count of batches done points into another order (or another corpus
-# prefix), and the cosine schedule's last step moves, so the rate jumps.
-ORDER_FLAGS = ("seed", "batch_tokens", "accumulate_grad_batches", "max_len", "limit_train_pairs",
-               "max_steps", "max_epochs")  # fmt: skip
+# The flags that fix the order of training batches: a resumed run must use the checkpoint's, or its
+# count of batches done points into another order (or another prefix of the corpus). A new
+# --max-steps or --max-epochs is allowed: the schedule keeps its horizon (TranslationSystem).
+ORDER_FLAGS = ("seed", "batch_tokens", "accumulate_grad_batches", "max_len", "limit_train_pairs")
 
 
 class LazySplits(Mapping):
@@ -242,7 +241,7 @@ def check_same_order(cfg: TrainConfig, world_size: int, checkpoint: dict, path: 
         here = ", ".join(str(now[name]) for name in changed)
         raise UserError(
             f"{path}: trained with {then} (now {here}); resume with the same settings: they fix "
-            "the order of training batches and the learning-rate schedule"
+            "the order of training batches"
         )
 
 

@@ -90,6 +90,7 @@ class TranslationSystem(L.LightningModule):
         self._val_scored = True
         # (4,) loss sum, NLL sum, tokens and guided-alignment loss sum of this update
         self._update_sums: Tensor | None = None
+        self._lr_horizon: int | None = None  # the schedule's last step, kept in checkpoints
 
     def forward(self, batch: dict[str, Tensor]) -> list[str]:
         """Inference: translations of a batch (beam `val_beam`), detokenized, in batch order."""
@@ -204,7 +205,10 @@ class TranslationSystem(L.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams
         optimizer = torch.optim.Adam(self.parameters(), lr=hp.lr, betas=(0.9, 0.98), eps=1e-9)
-        total = max(int(self.trainer.estimated_stepping_batches), 1)
+        # A resumed run keeps the horizon it started with (on_load_checkpoint runs first): a new
+        # --max-steps or --max-epochs moves where training stops, never the rate it is at.
+        total = self._lr_horizon or max(int(self.trainer.estimated_stepping_batches), 1)
+        self._lr_horizon = total
         # A short run (tests, max_steps 60) must not spend itself warming up: cap warm-up at 10%.
         warmup = min(hp.warmup_steps, total // 10)
         schedule = functools.partial(
@@ -224,7 +228,11 @@ class TranslationSystem(L.LightningModule):
         norm = torch.nn.utils.clip_grad_norm_(self.parameters(), max_norm)
         self.log("train/grad_norm", norm)
 
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._lr_horizon = checkpoint.get("lr_horizon")  # None in checkpoints written before it
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["lr_horizon"] = self._lr_horizon
         # What rebuilds the model without this class (seq2seq.checkpoint.load_model).
         checkpoint["seq2seq_version"] = __version__
         checkpoint["model_args"] = dict(self.model.model_args)
