@@ -2,11 +2,13 @@
 
     python scripts/benchmark_serve.py CKPT --src-file test.de.gz [--quick] [--json FILE]
 
-ceiling: `Translator.translate` called directly in this process on the sentences a level sends
-(its own batching, no HTTP; the median of three calls): sentences/s. server: scripts/serve.py CKPT
+ceilings: `Translator.translate` called directly in this process on the sentences a level sends (no
+HTTP; the median of three passes): all of them in one call (the model's own batching), and in
+calls of 1, 4 and 16 sentences, the most that 1, 4 and 16 clients sending one sentence at a time
+can have in flight: sentences/s. server: scripts/serve.py CKPT
 in a child process on 127.0.0.1, and 1, 4 and 16 client threads here, each with its own connection
 sending one-sentence requests one after another (POST /api/translate, alignments off, as the
-ceiling), greedy and beam 5: sentences/s, p50 and p99 latency, and the ratio to the ceiling.
+ceiling), greedy and beam 5: sentences/s, p50 and p99 latency, and the ratio to each ceiling.
 memory: a fresh server's resident memory (VmRSS) after 100 and after 10,000 requests from 16
 clients (beam 5, alignments on: what the page asks for). Both processes use torch's default
 thread count; the clients only wait on sockets. Every client talks to 127.0.0.1 only; every wait
@@ -61,17 +63,17 @@ def machine() -> dict[str, Any]:
             "torch_threads": torch.get_num_threads(), "commit": commit or None}  # fmt: skip
 
 
-def ceiling(checkpoint: str, device: str, sentences: list[str], beam: int) -> float:
-    """Sentences/s of a direct `Translator.translate` call over `sentences`: the median of three
-    calls after a warm-up, as the server's figure comes after its own."""
-    from seq2seq.translator import Translator
-
-    translator = Translator.load(checkpoint, device)
+def ceiling(translator: Any, sentences: list[str], beam: int, size: int | None) -> float:
+    """Sentences/s of direct `Translator.translate` calls over `sentences`, `size` at a time (None:
+    all in one call, the model's own batching): the median of three passes after a warm-up, as the
+    server's figure comes after its own."""
     translator.translate(sentences[:8], beam=beam)
+    step = size or len(sentences)
     seconds = []
     for _ in range(3):
         start = time.perf_counter()
-        translator.translate(sentences, beam=beam)
+        for first in range(0, len(sentences), step):
+            translator.translate(sentences[first : first + step], beam=beam)
         seconds.append(time.perf_counter() - start)
     return len(sentences) / statistics.median(seconds)
 
@@ -183,16 +185,26 @@ def main(argv: list[str] | None = None) -> int:
     jobs = sentences[: args.requests]
     result: dict[str, Any] = {"machine": machine(), "checkpoint": args.checkpoint,
                               "src_file": args.src_file, "ceiling": {}, "server": []}  # fmt: skip
+    from seq2seq.translator import Translator
+
+    translator = Translator.load(args.checkpoint, args.device)
     for beam in BEAMS:
-        print(f"ceiling, beam {beam} ...", file=sys.stderr, flush=True)
-        result["ceiling"][f"beam{beam}"] = ceiling(args.checkpoint, args.device, jobs, beam)
+        print(f"ceilings, beam {beam} ...", file=sys.stderr, flush=True)
+        # One call over all the sentences; and calls of as many sentences as the clients of a level
+        # have in flight, the largest batches the server can form from one-sentence requests.
+        for size in (None, *CLIENTS):
+            name = f"beam{beam}_" + ("one_call" if size is None else f"batches_of_{size}")
+            result["ceiling"][name] = ceiling(translator, jobs, beam, size)
+    del translator
     with Server(args.checkpoint, args.device) as server:
         load(server.port, 4, jobs[:8], beam=1, alignments=False)  # warm-up
         for beam in BEAMS:
             for clients in CLIENTS:
                 print(f"server, beam {beam}, {clients} clients ...", file=sys.stderr, flush=True)
                 level = load(server.port, clients, jobs, beam, alignments=False)
-                level["vs_ceiling"] = level["sentences_per_sec"] / result["ceiling"][f"beam{beam}"]
+                rate, ceil = level["sentences_per_sec"], result["ceiling"]
+                level["vs_one_call"] = rate / ceil[f"beam{beam}_one_call"]
+                level["vs_batches_of_clients"] = rate / ceil[f"beam{beam}_batches_of_{clients}"]
                 result["server"].append(level)
     print(f"memory over {args.memory_marks[1]} requests ...", file=sys.stderr, flush=True)
     result["memory"] = memory(args.checkpoint, args.device, sentences, tuple(args.memory_marks))

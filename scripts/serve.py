@@ -86,10 +86,13 @@ def load(args: argparse.Namespace, limits: Limits) -> "FastAPI":  # noqa: F821
 def listen(host: str, port: int) -> socket.socket:
     """A socket bound to (host, port) and listening; a UserError if the address cannot be had."""
     try:
-        info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        sock = socket.socket(info[0], socket.SOCK_STREAM)
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        # proto IPPROTO_TCP, not 0: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on
+        # connections whose socket says TCP, and with it on, a keep-alive client waited 40 ms for
+        # each answer's body (sent after its headers, behind the delayed ACK of the client).
+        sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(info[4])
+        sock.bind(address)
         sock.listen(128)
     except OSError as err:
         raise UserError(f"--host {host} --port {port}: cannot listen ({err.strerror})") from None

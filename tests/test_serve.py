@@ -312,6 +312,33 @@ def test_bad_checkpoint_stops_the_start_before_listening(
     assert opened == []  # the port was never asked for
 
 
+def test_connections_of_the_listening_socket_send_without_delay() -> None:
+    # With Nagle's algorithm on, an answer's body waited behind its headers for the client's delayed
+    # ACK: 40 ms a request on a keep-alive connection. asyncio turns it off on the connections it
+    # accepts only when the listening socket says TCP.
+    import asyncio
+
+    serve = load_script("serve")
+    sock = serve.listen("127.0.0.1", 0)
+    accepted: list[int] = []
+
+    class Probe(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            conn = transport.get_extra_info("socket")
+            accepted.append(conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            transport.close()
+
+    async def once() -> None:
+        server = await asyncio.get_running_loop().create_server(Probe, sock=sock)
+        reader, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+        await reader.read()  # until the server closes it
+        writer.close()
+        server.close()
+
+    asyncio.run(asyncio.wait_for(once(), 30))
+    assert accepted == [1]
+
+
 def test_bad_limits_are_one_line(tiny_checkpoint: Path, capsys: Any) -> None:
     assert serve.main([str(tiny_checkpoint), "--max-batch", "8", "--max-queue", "4"]) == 2
     assert capsys.readouterr().err.startswith("error: --max-queue must be at least --max-batch (8)")
