@@ -82,6 +82,19 @@ def test_yaml_values_are_checked_against_the_fields_types(tmp_path, text, messag
     assert str(caught.value) == f"--config {path} {message}"
 
 
+def test_yaml_floats_in_e_notation_are_numbers(tmp_path) -> None:
+    # YAML 1.1 reads `1e-3` (no dot) as a string; it is how most people write a learning rate.
+    path = tmp_path / "run.yaml"
+    path.write_text("lr: 1e-3\nmin_lr_ratio: 5E-2\nlabel_smoothing: .1\nmax_minutes: 1e1\n")
+    cfg = parse_args(["--config", str(path)])
+    assert (cfg.lr, cfg.min_lr_ratio, cfg.label_smoothing, cfg.max_minutes) == (
+        1e-3,
+        5e-2,
+        0.1,
+        10.0,
+    )
+
+
 def test_yaml_whole_numbers_serve_where_floats_or_strings_are_expected(tmp_path) -> None:
     path = tmp_path / "run.yaml"
     path.write_text("devices: 2\nlr: 1\nlimit_train_pairs: null\n")
