@@ -24,7 +24,7 @@ from pathlib import Path
 
 from seq2seq.config import cli_message
 from seq2seq.errors import UserError
-from seq2seq.study import Run, Study, StudySpec
+from seq2seq.study import Run, Study, StudySpec, thread_env
 
 SCRIPT = Path(__file__).resolve()
 
@@ -207,8 +207,9 @@ def run_one(study: Study, run: Run, threads: int | None) -> int:
             return status
     if study.state(run) == "trained":
         # A new process, so a run trained for hours is scored by the code of now.
-        return subprocess.call([sys.executable, str(SCRIPT), "score", str(study.folder),
-                                run.variant, str(run.seed), "--work-dir", str(study.work_dir)])  # fmt: skip
+        command = [sys.executable, str(SCRIPT), "score", str(study.folder), run.variant,
+                   str(run.seed), "--work-dir", str(study.work_dir)]  # fmt: skip
+        return subprocess.call(command, env=thread_env(threads))  # the run's share of the cores
     return 0
 
 
