@@ -16,7 +16,6 @@ round goes to stderr while it runs.
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -30,6 +29,7 @@ from torch import Tensor, nn
 from seq2seq.config import TrainConfig, cli_message, parse_args
 from seq2seq.decoding_flags import pick_device
 from seq2seq.errors import UserError
+from seq2seq.launch import cpu_model
 from seq2seq.loss import batch_loss
 from seq2seq.models import build_model, model_args_from
 from seq2seq.reference import reference_loss, textbook_loader
@@ -63,15 +63,7 @@ COLUMNS = [("tokens/s", "tokens_per_sec", 0), ("vs reference", "vs_reference", 2
 
 def cpu_info() -> dict:
     """The CPU's model name, torch's capability level (e.g. AVX2, AVX512) and native bf16 or not."""
-    model = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo") as info:
-            names = [
-                line.split(":", 1)[1].strip() for line in info if line.startswith("model name")
-            ]
-        model = names[0] if names else model
-    except OSError:  # not Linux
-        pass
+    model = cpu_model()
     capability = torch.backends.cpu.get_cpu_capability()
     return {"model": model, "capability": capability, "native_bf16": native_bf16()}
 

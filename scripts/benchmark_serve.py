@@ -16,12 +16,10 @@ has a deadline. `--quick`: 16 requests a level, memory after 20 and 200 requests
 """
 
 import argparse
-import contextlib
 import gzip
 import http.client
 import json
 import os
-import platform
 import select
 import statistics
 import subprocess
@@ -51,11 +49,9 @@ def read_sentences(path: str, count: int) -> list[str]:
 
 def machine() -> dict[str, Any]:
     """What the figures were measured on, and at which commit."""
-    model = platform.processor() or "unknown"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as info:
-        model = next(
-            (ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name")), model
-        )
+    from seq2seq.launch import cpu_model
+
+    model = cpu_model()
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=SERVE.parent
     ).stdout.strip()

@@ -56,6 +56,20 @@ def check_hardware(accelerator: str, devices: str, strategy: str, precision: str
     return None
 
 
+def cpu_model() -> str:
+    """The CPU's model name as /proc/cpuinfo gives it (what `lscpu` prints); elsewhere, platform's."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:  # not Linux
+        pass
+    return platform.processor() or "unknown"
+
+
 def native_bf16() -> bool:
     """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX), as oneDNN sees it."""
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())

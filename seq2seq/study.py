@@ -21,7 +21,6 @@ preemptions in any order cost at most the updates since the run's last checkpoin
 
 import json
 import os
-import platform
 import shlex
 import shutil
 import signal
@@ -269,15 +268,9 @@ def cpu_line() -> str:
     """The CPU's model name and torch's capability (e.g. AVX512, AVX2): what a speed depends on."""
     import torch
 
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            model = next(
-                (line.split(":", 1)[1].strip() for line in info if line.startswith("model name")),
-                model,
-            )
-    except OSError:
-        pass
+    from seq2seq.launch import cpu_model
+
+    model = cpu_model()
     return f"{model}, {os.cpu_count()} cores, {torch.backends.cpu.get_cpu_capability()}"
 
 
