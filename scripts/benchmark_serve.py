@@ -18,6 +18,7 @@ has a deadline. `--quick`: 16 requests a level, memory after 20 and 200 requests
 import argparse
 import gzip
 import http.client
+import importlib.util
 import json
 import os
 import select
@@ -55,8 +56,12 @@ def machine() -> dict[str, Any]:
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=SERVE.parent
     ).stdout.strip()
+    # what uvicorn's "auto" picks for the server: the C event loop and HTTP parser when installed
+    loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+    http = "httptools" if importlib.util.find_spec("httptools") else "h11"
     return {"cpu": model, "cores": os.cpu_count(), "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads(), "commit": commit or None}  # fmt: skip
+            "torch_threads": torch.get_num_threads(), "loop": loop, "http": http,
+            "commit": commit or None}  # fmt: skip
 
 
 def ceiling(translator: Any, sentences: list[str], beam: int, size: int | None) -> float:

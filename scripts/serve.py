@@ -70,17 +70,22 @@ def main(argv: list[str] | None = None) -> int:
 def load(args: argparse.Namespace, limits: Limits) -> "FastAPI":  # noqa: F821
     """The app over every checkpoint, loaded once; the first that cannot be loaded is a UserError."""
     try:
-        from seq2seq.serving import build_app
+        from seq2seq.serving import TorchThread, build_app
     except ImportError as err:
         raise UserError(f'{err.name} is missing: pip install -e ".[serve]"') from None
     from seq2seq.translator import Translator
 
     device = pick_device(args.device)
-    translators = {
-        name: Translator.load(path, device)  # a UserError names the file and what is wrong
-        for name, path in zip(model_names(args.checkpoints), args.checkpoints, strict=True)
-    }
-    return build_app(translators, limits)
+    torch_thread = TorchThread()  # loads the models and runs them: one thread for every torch call
+    try:
+        translators = {
+            name: torch_thread.call(Translator.load, path, device)  # a UserError names the file
+            for name, path in zip(model_names(args.checkpoints), args.checkpoints, strict=True)
+        }
+    except BaseException:
+        torch_thread.close()
+        raise
+    return build_app(translators, limits, torch_thread)
 
 
 def listen(host: str, port: int) -> socket.socket:

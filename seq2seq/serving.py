@@ -12,16 +12,21 @@ with uvicorn) that answers
 
 Answers are `{"results": {model: [...]}, "warnings": [...]}`, or `{"error": "..."}` with a 4xx
 status for a request the server will not run (seq2seq.serve_requests) and 503 when a model's queue
-is full (seq2seq.serve_batcher). Each model has its own queue and worker thread: a request for
-three models is three jobs, answered when the last is done. A client that disconnects while its
-request waits takes its jobs out of the queues.
+is full (seq2seq.serve_batcher). Each model has its own queue: a request for three models is three
+jobs, answered when the last is done. A client that disconnects while its request waits takes its
+jobs out of the queues.
+
+Every torch call of the server (loading the checkpoints, every batch of every model) runs on one
+thread, the `TorchThread`; the event loop's thread never runs one. Torch on a CPU keeps an OpenMP
+pool of threads for each thread that runs its ops, and two pools on two cores made every op slower
+while the other pool's threads spun (measured in docs/benchmarks.md: one sentence took 1.9x as
+long, a batch of 16 1.5x, once a second thread had translated).
 """
 
 import asyncio
-import threading
 import warnings
-from collections.abc import AsyncIterator, Hashable
-from concurrent.futures import Future
+from collections.abc import AsyncIterator, Callable, Hashable
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib.resources import files
@@ -45,9 +50,23 @@ from seq2seq.translator import Translator, TruncatedInput
 DIGITS = 4  # attention weights in answers: 4 decimals, as translate.py's JSON lines
 CLIENT_GONE = 499  # nginx's status for "the client closed the connection"; nobody reads it
 
-# warnings.catch_warnings swaps process-wide state, which is not thread-safe before Python 3.14: the
-# workers of several models take turns to translate (on a CPU they share the same cores anyway).
-_CATCHING_WARNINGS = threading.Lock()
+
+class TorchThread:
+    """The one thread that runs the server's torch calls (the module docstring says why). Calls
+    from any thread wait for their turn; one call runs at a time, so the models of a server take
+    turns (on a CPU they share the same cores anyway), and `warnings.catch_warnings`, which swaps
+    process-wide state and is not thread-safe before Python 3.14, is only used from here."""
+
+    def __init__(self) -> None:
+        # one worker, kept until close(): the same thread runs every call
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch")
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)` on the torch thread, after the calls before it; its result or its error."""
+        return self._pool.submit(fn, *args).result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
 
 
 def run_batch(
@@ -56,7 +75,7 @@ def run_batch(
     """One batch of a model: `key` is ("translate", SearchConfig, alignments) with sentences as
     `items`, or ("align",) with (sentence, reference) pairs. Per item: its `to_dict()` and the
     details of the TruncatedInput warnings Translator gave for it."""
-    with _CATCHING_WARNINGS, warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught:  # on the torch thread only
         warnings.simplefilter("always", TruncatedInput)
         if key[0] == "align":
             sources, references = zip(*items, strict=True)
@@ -94,11 +113,15 @@ class ServedModel:
         }
 
 
-def build_app(translators: dict[str, Translator], limits: Limits) -> FastAPI:
-    """The server's app over `translators` (name -> Translator; each used by one thread only)."""
+def build_app(
+    translators: dict[str, Translator], limits: Limits, torch_thread: TorchThread | None = None
+) -> FastAPI:
+    """The server's app over `translators` (name -> Translator), each run on `torch_thread` (the
+    thread that loaded them, say; a new one when None), which the app closes when it stops."""
+    runner = torch_thread or TorchThread()
     served = {
         name: ServedModel(name, translator, Batcher(
-            lambda key, items, t=translator: run_batch(t, key, items),
+            lambda key, items, t=translator: runner.call(run_batch, t, key, items),
             limits.max_batch, limits.max_queue, name=f"serve-{name}",
         ))
         for name, translator in translators.items()
@@ -111,6 +134,7 @@ def build_app(translators: dict[str, Translator], limits: Limits) -> FastAPI:
         yield
         for model in served.values():  # finish what was queued; refuse the rest
             await asyncio.to_thread(model.batcher.close)
+        await asyncio.to_thread(runner.close)
 
     app = FastAPI(title="seq2seq", lifespan=lifespan, docs_url=None, redoc_url=None)
 

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ import uvicorn
 from seq2seq.models import build_model
 from seq2seq.serve_batcher import Batcher, Busy
 from seq2seq.serve_requests import Limits
-from seq2seq.serving import build_app
+from seq2seq.serving import TorchThread, build_app
 from seq2seq.tokenizer import Tokenizer
 from seq2seq.translator import Translator
 from tests.conftest import load_script, make_pairs
@@ -68,12 +68,15 @@ def queued(base: str) -> int:
 
 
 @contextlib.contextmanager
-def live_server(translators: dict[str, Translator], limits: Limits) -> Iterator[str]:
+def live_server(
+    translators: dict[str, Translator], limits: Limits, torch_thread: TorchThread | None = None
+) -> Iterator[str]:
     """build_app served by uvicorn in a thread on 127.0.0.1; yields its base URL."""
     sock = socket.create_server(
         ("127.0.0.1", 0)
     )  # listening now: early clients wait in its backlog
-    server = uvicorn.Server(uvicorn.Config(build_app(translators, limits), log_level="warning"))
+    app = build_app(translators, limits, torch_thread)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
@@ -263,6 +266,28 @@ def test_client_gone_while_queued_leaves_the_queue(gated: tuple[str, GatedTransl
     assert model.calls == calls + 2  # the request whose client left was never translated
 
 
+def test_every_model_runs_on_the_one_torch_thread(tiny_checkpoint: Path) -> None:
+    """Two models' batches run on the thread given to build_app, never on the event loop's."""
+    ran_on: dict[str, int] = {}
+
+    class Recording(Translator):
+        def translate(self, *args: Any, **kwargs: Any) -> Any:
+            ran_on[self.name] = threading.get_ident()
+            return super().translate(*args, **kwargs)
+
+    loaded = Translator.load(tiny_checkpoint)
+    models = {name: Recording(loaded.model, loaded.tokenizer) for name in ("first", "second")}
+    for name, model in models.items():
+        model.name = name
+    torch_thread = TorchThread()
+    torch_ident = torch_thread.call(threading.get_ident)
+    with live_server(models, LIMITS, torch_thread) as base:
+        status, answer = call(base, "/api/translate", {"sentences": ["Ein Hund"]})
+    assert status == 200 and set(answer["results"]) == {"first", "second"}
+    assert ran_on == {"first": torch_ident, "second": torch_ident}
+    assert torch_ident not in (threading.get_ident(), None)
+
+
 def test_batcher_runs_same_settings_together_up_to_the_limit() -> None:
     calls, gate, entered = [], threading.Event(), threading.Event()
 
@@ -290,6 +315,34 @@ def test_batcher_runs_same_settings_together_up_to_the_limit() -> None:
     # the oldest job first, with the later ones of its settings that fit; never mixed settings
     assert calls == [("greedy", ["a"]), ("greedy", ["b", "d", "e"]), ("beam5", ["c"]),
                      ("greedy", ["f"])]  # fmt: skip
+
+
+def test_batcher_waits_for_the_clients_of_its_last_batch() -> None:
+    """Three clients answered together come back one by one: after a batch of three the worker
+    waits (a quarter of that batch's 1.2 s) for three, instead of running the first alone."""
+    calls: list[list[str]] = []
+
+    def run(key: Any, items: list[Any]) -> list[Any]:
+        calls.append(items)
+        time.sleep(1.2 if len(calls) == 1 else 0)
+        return items
+
+    batcher = Batcher(run, max_batch=8, max_queue=8)
+    later: list[Future] = []
+
+    def come_back(_: Future) -> None:  # in the worker, as soon as the first batch is answered
+        later.append(batcher.submit("greedy", ["a"]))
+        timer = threading.Timer(0.05, lambda: later.append(batcher.submit("greedy", ["b", "c"])))
+        timer.start()
+
+    try:
+        batcher.submit("greedy", ["x", "y", "z"]).add_done_callback(come_back)
+        wait_until(lambda: len(later) == 2 and all(f.done() for f in later))
+        alone = batcher.submit("greedy", ["d"])  # the last batch took no time: nothing to wait for
+        assert alone.result(20) == ["d"]
+    finally:
+        batcher.close()
+    assert calls == [["x", "y", "z"], ["a", "b", "c"], ["d"]]
 
 
 def test_model_names_are_file_stems_made_unique() -> None:
