@@ -5,7 +5,7 @@
 ceilings: `Translator.translate` called directly in this process on the sentences a level sends (no
 HTTP; the median of three passes): all of them in one call (the model's own batching), and in
 calls of 1, 4 and 16 sentences, the most that 1, 4 and 16 clients sending one sentence at a time
-can have in flight: sentences/s. server: scripts/serve.py CKPT
+can have in flight, each measured right before its level: sentences/s. server: scripts/serve.py CKPT
 in a child process on 127.0.0.1, and 1, 4 and 16 client threads here, each with its own connection
 sending one-sentence requests one after another (POST /api/translate, alignments off, as the
 ceiling), greedy and beam 5: sentences/s, p50 and p99 latency, and the ratio to each ceiling.
@@ -191,16 +191,27 @@ def main(argv: list[str] | None = None) -> int:
     from seq2seq.translator import Translator
 
     translator = Translator.load(args.checkpoint, args.device)
-    for beam in BEAMS:
-        print(f"ceilings, beam {beam} ...", file=sys.stderr, flush=True)
-        # One call over all the sentences; and calls of as many sentences as the clients of a level
-        # have in flight, the largest batches the server can form from one-sentence requests.
-        for size in (None, *CLIENTS):
-            name = f"beam{beam}_" + ("one_call" if size is None else f"batches_of_{size}")
-            result["ceiling"][name] = ceiling(translator, jobs, beam, size)
+    with Server(args.checkpoint, args.device) as server:
+        load(server.port, 4, jobs[:8], beam=1, alignments=False)  # warm-up
+        for beam in BEAMS:
+            print(f"beam {beam}: one call ...", file=sys.stderr, flush=True)
+            one_call = ceiling(translator, jobs, beam, None)  # the model's own batching
+            result["ceiling"][f"beam{beam}_one_call"] = one_call
+            for clients in CLIENTS:
+                # Right before the level, so that the ratio is of two figures measured at the same
+                # moment (this shared machine's speed drifts by a tenth and more over minutes): calls
+                # of as many sentences as the level's clients have in flight, the largest batches
+                # the server can form from one-sentence requests. The server idles meanwhile.
+                print(f"beam {beam}, {clients} clients ...", file=sys.stderr, flush=True)
+                same = ceiling(translator, jobs, beam, clients)
+                result["ceiling"][f"beam{beam}_batches_of_{clients}"] = same
+                level = load(server.port, clients, jobs, beam, alignments=False)
+                rate = level["sentences_per_sec"]
+                level.update(vs_one_call=rate / one_call, vs_batches_of_clients=rate / same)
+                result["server"].append(level)
     # The same calls while a second thread that has translated is alive (as a worker thread of a
     # server is): torch keeps an OpenMP pool for each, which is why the server runs every torch call
-    # on one thread (seq2seq/serving.py). A pool goes when its thread ends.
+    # on one thread (seq2seq/serving.py). Last: a pool only goes when its thread ends.
     done = threading.Event()
 
     def second_thread(model: Any) -> None:
@@ -217,16 +228,6 @@ def main(argv: list[str] | None = None) -> int:
         done.set()
         other.join()
     del translator
-    with Server(args.checkpoint, args.device) as server:
-        load(server.port, 4, jobs[:8], beam=1, alignments=False)  # warm-up
-        for beam in BEAMS:
-            for clients in CLIENTS:
-                print(f"server, beam {beam}, {clients} clients ...", file=sys.stderr, flush=True)
-                level = load(server.port, clients, jobs, beam, alignments=False)
-                rate, ceil = level["sentences_per_sec"], result["ceiling"]
-                level["vs_one_call"] = rate / ceil[f"beam{beam}_one_call"]
-                level["vs_batches_of_clients"] = rate / ceil[f"beam{beam}_batches_of_{clients}"]
-                result["server"].append(level)
     print(f"memory over {args.memory_marks[1]} requests ...", file=sys.stderr, flush=True)
     result["memory"] = memory(args.checkpoint, args.device, sentences, tuple(args.memory_marks))
     text = json.dumps(result, indent=2)
