@@ -271,14 +271,16 @@ def test_every_model_runs_on_the_one_torch_thread(tiny_checkpoint: Path) -> None
     ran_on: dict[str, int] = {}
 
     class Recording(Translator):
+        def __init__(self, name: str, loaded: Translator) -> None:
+            super().__init__(loaded.model, loaded.tokenizer)
+            self.name = name
+
         def translate(self, *args: Any, **kwargs: Any) -> Any:
             ran_on[self.name] = threading.get_ident()
             return super().translate(*args, **kwargs)
 
     loaded = Translator.load(tiny_checkpoint)
-    models = {name: Recording(loaded.model, loaded.tokenizer) for name in ("first", "second")}
-    for name, model in models.items():
-        model.name = name
+    models = {name: Recording(name, loaded) for name in ("first", "second")}
     torch_thread = TorchThread()
     torch_ident = torch_thread.call(threading.get_ident)
     with live_server(models, LIMITS, torch_thread) as base:
