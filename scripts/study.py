@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from seq2seq.config import cli_message
-from seq2seq.errors import UserError
-from seq2seq.study import Run, Study, StudySpec, thread_env
+from seq2seq.errors import STOPPED, Stopped, UserError
+from seq2seq.study import Run, Study, StudySpec, thread_env, wait_passing_stops
 
 SCRIPT = Path(__file__).resolve()
 
@@ -209,18 +209,33 @@ def run_one(study: Study, run: Run, threads: int | None) -> int:
         # A new process, so a run trained for hours is scored by the code of now.
         command = [sys.executable, str(SCRIPT), "score", str(study.folder), run.variant,
                    str(run.seed), "--work-dir", str(study.work_dir)]  # fmt: skip
-        return subprocess.call(command, env=thread_env(threads))  # the run's share of the cores
+        process = subprocess.Popen(command, env=thread_env(threads))  # the run's share of the cores
+        return wait_passing_stops(process)
     return 0
 
 
 def score_one(study: Study, run: Run) -> int:
+    """Score a trained run. A stop (SIGTERM, SIGUSR1) ends the scoring and the evaluate.py it is
+    waiting for, with status 4: result.json is written last, so the run stays `trained` and the
+    next start scores it again."""
     from seq2seq.study_eval import score_run
 
     spec = study.load_spec()
     check_run(spec, run)
     if study.state(run) not in ("trained", "done"):
         raise UserError(f"{run.name} has not finished training (state {study.state(run)})")
-    result = score_run(study, spec, run)
+
+    def stop(signum: int, frame: object) -> None:
+        # Raised inside subprocess.run, which kills its child before passing the exception on.
+        raise Stopped(f"scoring stopped by {signal.Signals(signum).name}", None, None)
+
+    for signum in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(signum, stop)
+    try:
+        result = score_run(study, spec, run)
+    except Stopped as stopped:
+        print(f"{run.name}: {stopped.reason}; the next start scores it again", file=sys.stderr)
+        return STOPPED
     print(
         f"{run.name}: BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f} on {spec.split} "
         f"({result['checkpoint_rule']}); {study.result_path(run)}"

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from seq2seq.study import Run, Study
 from tests.conftest import load_script, tiny_train_args
 
 study_script = load_script("study")
@@ -124,6 +125,44 @@ def test_a_killed_study_resumes_and_reports_what_sacrebleu_prints(tiny_corpus, t
             capture_output=True, text=True, check=True,
         ).stdout  # fmt: skip
         assert rows["all"][key] == pytest.approx(json.loads(printed)[1]["BLEU"]["p_value"])
+
+    # A stop while a run is scored ends the scoring and its evaluate.py too; the run stays
+    # `trained` and the next start scores it again, to the same figures.
+    result = folder / "runs" / "a-seed2" / "result.json"
+    first = json.loads(result.read_text())
+    result.unlink()
+    one = [sys.executable, str(SCRIPT), "one", str(folder), "a", "2", "--work-dir", str(work),
+           "--threads", "1"]  # fmt: skip
+    process = subprocess.Popen(one, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not any("evaluate.py" in line for line in commands_naming(work)):
+        assert process.poll() is None, "the scoring ended before it could be stopped"
+        assert time.monotonic() < deadline, "evaluate.py never started"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 4
+    assert "scoring stopped by SIGTERM" in process.stderr.read()
+    time.sleep(0.5)  # a killed child is gone at once; one left running would still be here
+    assert commands_naming(work) == []
+    assert not result.exists()
+    assert Study(folder, work).state(Run("a", 2)) == "trained"
+    assert subprocess.run(one, env=env, capture_output=True).returncode == 0
+    again = json.loads(result.read_text())
+    assert (again["bleu"], again["chrf"]) == (first["bleu"], first["chrf"])
+
+
+def commands_naming(path: Path) -> list[str]:
+    """The command lines of the running processes that name `path` (zombies have none)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            words = cmdline.read_bytes().split(b"\0")
+        except OSError:  # ended while we looked
+            continue
+        line = " ".join(word.decode(errors="replace") for word in words)
+        if str(path) in line:
+            found.append(line)
+    return found
 
 
 def test_bad_specs_are_refused_in_one_line_before_any_training(tmp_path, capsys):
