@@ -79,7 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     study_folder(score)
     score.add_argument("variant", metavar="VARIANT")
     score.add_argument("seed", metavar="SEED", type=int)
-    for name, help in (("status", "each run's state"), ("report", "rebuild the report")):
+    for name, help in (
+        ("status", "each run's state, with its saved update or its BLEU"),
+        ("report", "rebuild the report"),
+    ):
         study_folder(commands.add_parser(name, help=help))
     return parser
 
@@ -254,7 +257,7 @@ def print_commands(study: Study, spec: StudySpec | None, threads: int | None) ->
 def print_status(study: Study) -> int:
     spec = study.load_spec()
     for run in spec.runs():
-        print(f"{run.name:<24} {study.state(run)}")
+        print(f"{run.name:<24} {study.state(run):<8} {study.progress(run)}".rstrip())
     return 0
 
 

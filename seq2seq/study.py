@@ -199,6 +199,26 @@ class Study:
             return "partial"
         return "new"
 
+    def progress(self, run: Run) -> str:
+        """One line on how far `run` is: its test BLEU when done, its saved update when partial."""
+        state = self.state(run)
+        if state == "done":
+            result = json.loads(self.result_path(run).read_text("utf-8"))
+            return f"BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f} on {result['split']}"
+        if state == "partial":
+            import datetime
+
+            import torch
+
+            path = self.last_checkpoint(run)
+            # mmap: the counters are read without reading the weights.
+            saved = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+            step, horizon = saved["global_step"], saved.get("lr_horizon")
+            of = f" of {horizon} ({100 * step / horizon:.0f}%)" if horizon else ""
+            when = datetime.datetime.fromtimestamp(path.stat().st_mtime).strftime("%Y-%m-%d %H:%M")
+            return f"update {step}{of} in last.ckpt, saved {when}"
+        return ""
+
     # -- training ---------------------------------------------------------------------------------
     def train_command(self, spec: StudySpec, run: Run) -> list[str]:
         """The train.py command of `run`: from scratch, or resuming its last.ckpt."""

@@ -66,7 +66,10 @@ def test_a_killed_study_resumes_and_reports_what_sacrebleu_prints(tiny_corpus, t
     assert not (work / "runs" / RUNS[1] / "trained.json").exists()  # killed mid-training
     killed_at = global_step(work, RUNS[1])
     assert 0 < killed_at < 120
+    assert Study(folder, work).progress(Run("d", 1)).startswith(f"update {killed_at} of 120 (")
     first_result = (folder / "runs" / RUNS[0] / "result.json").read_bytes()
+    bleu = json.loads(first_result)["bleu"]
+    assert Study(folder, work).progress(Run("a", 1)).startswith(f"BLEU {bleu:.2f}, chrF ")
 
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
