@@ -36,6 +36,7 @@ FIGURES = (
     ("tokens_per_sec", "tokens/s", 0),
 )
 TESTS = {"bs": 1000, "ar": 10000}  # sacrebleu's CLI defaults: resamples, trials
+ALPHA = 0.05  # p-values below it are set in bold
 # Student's t at 0.975 for 1..30 degrees of freedom (two-sided 95%); beyond 30 the Cornish-Fisher
 # expansion below agrees with the exact quantile to 1e-4.
 T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281, 2.2010,
@@ -160,6 +161,10 @@ def build_report(study: Study) -> list[Path]:
     return paths
 
 
+def _p(value: float) -> str:
+    return f"**{value:.4f}**" if value < ALPHA else f"{value:.4f}"
+
+
 def _cell(summary: dict[str, Any], digits: int) -> str:
     if not summary["n"]:
         return "-"
@@ -200,13 +205,13 @@ def markdown(study: Study, spec: StudySpec, report: dict[str, Any]) -> str:
     for row in report["significance"]:
         lines.append(
             f"| {row['baseline']} | {row['system']} | {row['seeds']} | {row['bleu_baseline']:.2f} | "
-            f"{row['bleu_system']:.2f} | {row['delta']:+.2f} | {row['p_bs']:.4f} | "
-            f"{row['p_ar']:.4f} |"
+            f"{row['bleu_system']:.2f} | {row['delta']:+.2f} | {_p(row['p_bs'])} | "
+            f"{_p(row['p_ar'])} |"
         )
     lines += [
         "",
         "`all`: each variant's hypotheses of every seed concatenated in seed order, paired sentence "
-        "by sentence and seed by seed.",
+        f"by sentence and seed by seed. Bold: p < {ALPHA}.",
         "",
         "## Runs",
         "",
