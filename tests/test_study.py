@@ -209,3 +209,40 @@ def test_a_saved_study_refuses_another_spec_and_lists_its_commands(tmp_path, cap
     assert study_script.main(["status", str(folder), "--work-dir", str(work)]) == 0
     assert capsys.readouterr().out.split() == ["a-seed1", "new", "d-seed1", "new", "a-seed2",
                                                "new", "d-seed2", "new"]  # fmt: skip
+
+
+def test_score_curves_join_the_sittings_of_a_resumed_run(tmp_path, capsys):
+    """docs/analysis/score_curves.py: two sittings' events read as one curve per statistic, a
+    validation the resumed sitting repeated taken from the later sitting."""
+    import importlib.util
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "analysis" / "score_curves.py"
+    spec = importlib.util.spec_from_file_location("score_curves", path)
+    score_curves = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(score_curves)
+
+    version = tmp_path / "dot-seed1" / "version_0"
+    sittings = [{10: 3.0, 20: 2.5}, {20: 2.0, 30: 1.5}]  # update -> val/score_std
+    for k, points in enumerate(sittings):
+        writer = SummaryWriter(str(version), filename_suffix=f".{k}")
+        for step, value in points.items():
+            writer.add_scalar("val/score_std", value, step)
+            writer.add_scalar("val/max_weight", value / 10, step)
+        writer.close()
+        time.sleep(1.1)  # events files are named by the second they were opened in
+
+    assert score_curves.curves(tmp_path / "dot-seed1")["val/score_std"] == [
+        (10, 3.0), (20, 2.0), (30, 1.5)
+    ]  # fmt: skip
+    png = tmp_path / "curves.png"
+    assert score_curves.main([str(tmp_path / "dot-seed1"), "--at", "1", "3", "4", "--png",
+                              str(png)]) == 0  # fmt: skip
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[2] == "| dot-seed1 | score sd | 3.000 | 1.500 | - |"
+    assert rows[3] == "| dot-seed1 | max weight | 0.300 | 0.150 | - |"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (tmp_path / "empty" / "version_0").mkdir(parents=True)
+    assert score_curves.main([str(tmp_path / "empty")]) == 2
+    assert "empty: no val/score_std in the events" in capsys.readouterr().err
