@@ -24,10 +24,8 @@ def curves(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """tag -> [(update, value)] over every sitting of a train.py run folder, by update; a value
     logged twice for one update (a resumed sitting repeating a validation) keeps the later one."""
     versions = sorted(run_dir.glob("version_*"))
-    if not versions:
-        raise SystemExit(f"error: {run_dir}: no version_*/ folder of train.py's")
     merged: dict[str, dict[int, float]] = {}
-    for scalars in sittings_scalars(versions[-1]):
+    for scalars in sittings_scalars(versions[-1]) if versions else []:
         for tag, points in scalars.items():
             merged.setdefault(tag, {}).update({step: value for step, _, value in points})
     return {tag: sorted(points.items()) for tag, points in merged.items()}
@@ -86,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--at counts validations from 1")
     runs = {run.name: curves(run) for run in args.runs}
     missing = [name for name, tags in runs.items() if TAGS[0][0] not in tags]
-    if missing:  # runs trained before the statistic was logged
-        print(f"error: {', '.join(missing)}: no {TAGS[0][0]} in the events", file=sys.stderr)
+    if missing:  # not a train.py folder, or trained before the statistic was logged
+        print(f"error: {', '.join(missing)}: no {TAGS[0][0]} in version_*/ events", file=sys.stderr)
         return 2
     print(table(runs, args.at))
     if args.png:
