@@ -208,10 +208,13 @@ def markdown(study: Study, spec: StudySpec, report: dict[str, Any]) -> str:
             f"{row['bleu_system']:.2f} | {row['delta']:+.2f} | {_p(row['p_bs'])} | "
             f"{_p(row['p_ar'])} |"
         )
+    lines += ["", f"Bold: p < {ALPHA}."]
+    if any(row["seeds"] == "all" for row in report["significance"]):
+        lines[-1] = (
+            "`all`: each variant's hypotheses of every seed concatenated in seed order, paired "
+            f"sentence by sentence and seed by seed. {lines[-1]}"
+        )
     lines += [
-        "",
-        "`all`: each variant's hypotheses of every seed concatenated in seed order, paired sentence "
-        f"by sentence and seed by seed. Bold: p < {ALPHA}.",
         "",
         "## Runs",
         "",
@@ -219,8 +222,9 @@ def markdown(study: Study, spec: StudySpec, report: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["runs"]:
-        commits = sorted({s["commit"][:7] + ("+" if s["commit"].endswith("dirty") else "")
-                          for s in r["trained"] if s.get("commit")})  # fmt: skip
+        # in the order of the run's sittings: the commit it started at first
+        commits = dict.fromkeys(s["commit"][:7] + ("+" if s["commit"].endswith("dirty") else "")
+                                for s in r["trained"] if s.get("commit"))  # fmt: skip
         cpus = sorted({s["cpu"] for s in r["trained"] if s.get("cpu")})
         aer = f"{r['aer']:.4f}" if r.get("aer") is not None else "-"
         lines.append(

@@ -247,3 +247,33 @@ def test_score_curves_join_the_sittings_of_a_resumed_run(tmp_path, capsys):
     (tmp_path / "empty" / "version_0").mkdir(parents=True)
     assert score_curves.main([str(tmp_path / "empty")]) == 2
     assert "empty: no val/score_std in version_*/ events" in capsys.readouterr().err
+
+
+def test_report_lists_a_runs_commits_in_sitting_order_and_explains_all_only_when_shown():
+    from seq2seq.study import StudySpec
+    from seq2seq.study_report import FIGURES, markdown, summarize
+
+    def run(seed: int, commits: list[str]) -> dict:
+        trained = [{"commit": c, "cpu": "test CPU"} for c in commits]
+        return {"variant": "a", "seed": seed, "bleu": 30.0, "chrf": 50.0, "aer": None,
+                "checkpoint_rule": "best single", "updates": 10, "train_hours": 0.1,
+                "trained": trained, "bleu_signature": "b", "chrf_signature": "c"}  # fmt: skip
+
+    # the later commit sorts first by name: the table must follow the sittings, not the alphabet
+    runs = [run(1, ["f" * 40, "0" * 39 + "1", "f" * 40]), run(2, ["1" * 40 + "+dirty"])]
+    figures = {key: summarize([]) for key, _, _ in FIGURES}
+    figures["bleu"] = summarize([30.0])
+    report = {"variants": {"a": {**figures, "seeds": [1]}}, "runs": runs}
+    row = {"baseline": "a", "system": "b", "seeds": "1", "bleu_baseline": 30.0,
+           "bleu_system": 31.0, "delta": 1.0, "p_bs": 0.2, "p_ar": 0.01}  # fmt: skip
+    spec = StudySpec(variants={"a": [], "b": []}, seeds=[1])
+
+    text = markdown(Study("s"), spec, {**report, "significance": [row]})
+    rows = {line.split(" | ")[0]: line for line in text.splitlines() if "-seed" in line}
+    assert "| fffffff, 0000000 |" in rows["| a-seed1"]
+    assert "| 1111111+ |" in rows["| a-seed2"]
+    assert "`all`" not in text and "Bold: p < 0.05." in text
+    assert "| **0.0100** |" in text and "| 0.2000 |" in text
+
+    text = markdown(Study("s"), spec, {**report, "significance": [row, {**row, "seeds": "all"}]})
+    assert "`all`: each variant's hypotheses of every seed concatenated" in text
