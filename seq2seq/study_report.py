@@ -208,13 +208,15 @@ def markdown(study: Study, spec: StudySpec, report: dict[str, Any]) -> str:
             f"{row['bleu_system']:.2f} | {row['delta']:+.2f} | {_p(row['p_bs'])} | "
             f"{_p(row['p_ar'])} |"
         )
-    lines += ["", f"Bold: p < {ALPHA}."]
+    note = f"Bold: p < {ALPHA}."
     if any(row["seeds"] == "all" for row in report["significance"]):
-        lines[-1] = (
+        note = (
             "`all`: each variant's hypotheses of every seed concatenated in seed order, paired "
-            f"sentence by sentence and seed by seed. {lines[-1]}"
+            f"sentence by sentence and seed by seed. {note}"
         )
     lines += [
+        "",
+        note,
         "",
         "## Runs",
         "",
