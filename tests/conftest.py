@@ -88,10 +88,11 @@ def tiny_tokenizer(tiny_corpus: Path) -> Tokenizer:
     return Tokenizer.train(texts, vocab_size=100)
 
 
-def load_script(name: str) -> ModuleType:
-    """Import `scripts/<name>.py` as a module, so tests call its `main(argv)` in-process."""
-    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"scripts_{name}", path)
+def load_script(name: str, folder: str = "scripts") -> ModuleType:
+    """Import `<folder>/<name>.py` (a path from the repository root) as a module, so tests call its
+    `main(argv)` in-process."""
+    path = Path(__file__).resolve().parents[1] / folder / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{folder.replace('/', '_')}_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -215,14 +215,9 @@ def test_a_saved_study_refuses_another_spec_and_lists_its_commands(tmp_path, cap
 def test_score_curves_join_the_sittings_of_a_resumed_run(tmp_path, capsys):
     """docs/analysis/score_curves.py: two sittings' events read as one curve per statistic, a
     validation the resumed sitting repeated taken from the later sitting."""
-    import importlib.util
-
     from torch.utils.tensorboard import SummaryWriter
 
-    path = Path(__file__).resolve().parents[1] / "docs" / "analysis" / "score_curves.py"
-    spec = importlib.util.spec_from_file_location("score_curves", path)
-    score_curves = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(score_curves)
+    score_curves = load_script("score_curves", "docs/analysis")
 
     version = tmp_path / "dot-seed1" / "version_0"
     sittings = [{10: 3.0, 20: 2.5}, {20: 2.0, 30: 1.5}]  # update -> val/score_std
