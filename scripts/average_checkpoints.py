@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from seq2seq.cli import Parser
 from seq2seq.errors import UserError
 
 KEPT = ("epoch", "global_step", "pytorch-lightning_version", "hyper_parameters", "seq2seq_version",
@@ -20,7 +21,7 @@ KEPT = ("epoch", "global_step", "pytorch-lightning_version", "hyper_parameters",
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description="Average the weights of checkpoints of one run.")
+    parser = Parser(description="Average the weights of checkpoints of one run.")
     parser.add_argument("checkpoints", nargs="+", metavar="CKPT", help="two or more .ckpt files")
     parser.add_argument("--out", required=True, metavar="FILE", help="the averaged checkpoint")
     return parser

@@ -26,13 +26,14 @@ from itertools import cycle
 import torch
 from torch import Tensor, nn
 
-from seq2seq.config import TrainConfig, cli_message, parse_args
-from seq2seq.decoding_flags import pick_device
+from seq2seq.cli import Parser, cli_message
+from seq2seq.decoding.flags import pick_device
 from seq2seq.errors import UserError
-from seq2seq.launch import cpu_model
-from seq2seq.loss import batch_loss
-from seq2seq.models import build_model, model_args_from
-from seq2seq.reference import reference_loss, textbook_loader
+from seq2seq.machine import cpu_info
+from seq2seq.models.build import build_model, model_args_from
+from seq2seq.training.config import TrainConfig, parse_args
+from seq2seq.training.losses import batch_loss
+from seq2seq.training.reference import reference_loss, textbook_loader
 
 MATMUL = {"cpu": 1024, "cuda": 8192}  # n: 1024 keeps CPU cores busy; a big GPU needs 8192
 
@@ -59,18 +60,6 @@ PATHS = {  # one row of the table each; the reference is ~4x slower per update
 COLUMNS = [("tokens/s", "tokens_per_sec", 0), ("vs reference", "vs_reference", 2, "x"),  # header,
            ("% of matmul", "matmul_pct", 0), ("s/update", "sec_per_update", 3),  # figure, decimals,
            ("warm-up s", "warmup_sec", 1), ("peak GPU MB", "peak_gpu_mb", 0)]  # suffix  # fmt: skip
-
-
-def cpu_info() -> dict:
-    """The CPU's model name, torch's capability level (e.g. AVX2, AVX512) and native bf16 or not."""
-    model = cpu_model()
-    capability = torch.backends.cpu.get_cpu_capability()
-    return {"model": model, "capability": capability, "native_bf16": native_bf16()}
-
-
-def native_bf16() -> bool:
-    """Whether oneDNN runs bf16 on this CPU's own instructions (AVX512-BF16, AMX), not emulated."""
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def path_names(device: torch.device, cpu: dict, force_bf16: bool) -> tuple[list[str], dict]:
@@ -148,7 +137,7 @@ def matmul_rates(device: torch.device, reps: int = 8) -> dict[str, float]:
 
 def make_paths(cfg: TrainConfig, names: list[str], device: torch.device) -> tuple:
     """The data module, the model's arguments and the paths `names` on `device`, set up."""
-    from seq2seq.data import TranslationDataModule
+    from seq2seq.data.datamodule import TranslationDataModule
 
     dm = TranslationDataModule(cfg)
     dm.prepare_data()
@@ -166,7 +155,7 @@ def make_paths(cfg: TrainConfig, names: list[str], device: torch.device) -> tupl
 
 def decode_speed(translator, sources: list[str], refs: list[str], rounds: int) -> dict:
     """Greedy and beam-5 sentences/s (medians over rounds, the two interleaved) and their BLEU."""
-    from seq2seq.metrics import corpus_bleu
+    from seq2seq.training.metrics import corpus_bleu
 
     out, times = {"sentences": len(sources)}, {"greedy": [], "beam5": []}
     for _ in range(rounds):
@@ -195,7 +184,7 @@ def figures(name: str, rounds: list[dict]) -> dict:
 
 
 def run(args: argparse.Namespace, cfg: TrainConfig, device: torch.device) -> dict:
-    from seq2seq.translator import Translator
+    from seq2seq.decoding.translator import Translator
 
     started, cpu = time.perf_counter(), cpu_info()
     names, skipped = path_names(device, cpu, args.force_bf16)
@@ -275,9 +264,7 @@ def render(r: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     quick = "--quick" in (sys.argv[1:] if argv is None else argv)  # it sets the defaults below
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n")[0], epilog="Others: train.py's.", allow_abbrev=False
-    )
+    p = Parser(description=__doc__.split("\n")[0], epilog="Others: train.py's.")
     p.add_argument("--quick", action="store_true", help="a short, noisy run of every figure")
     p.add_argument("--steps", type=int, default=2 if quick else 10, help="fast updates a window")
     p.add_argument("--windows", type=int, default=3 if quick else 8, help="rounds of windows")

@@ -27,9 +27,10 @@ from types import ModuleType
 
 import torch
 
-from seq2seq.config import TrainConfig, cli_message, parse_args
-from seq2seq.decoding_flags import pick_device
+from seq2seq.cli import Parser, cli_message
+from seq2seq.decoding.flags import pick_device
 from seq2seq.errors import UserError
+from seq2seq.training.config import TrainConfig, parse_args
 
 PRECISIONS = ("32-true", "bf16-mixed")
 # The AttentionHeatmaps hooks, timed, and what each draws; on_train_batch_end draws every N updates.
@@ -71,7 +72,7 @@ def train_child(log: str, every: int, argv: list[str]) -> int:
     """Child: train.py's main with an observer added to its trainer, which writes to `log`."""
     import lightning as L
 
-    from seq2seq.callbacks import AttentionHeatmaps
+    from seq2seq.training.callbacks import AttentionHeatmaps
 
     class Observer(L.Callback):
         """VmRSS every `every` updates, fit and validation seconds, the heatmap hooks' seconds."""
@@ -234,9 +235,7 @@ def render(r: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     quick = "--quick" in argv
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n")[0], epilog="Others: train.py's.", allow_abbrev=False
-    )
+    p = Parser(description=__doc__.split("\n")[0], epilog="Others: train.py's.")
     p.add_argument("--quick", action="store_true", help="short runs: every figure, noisy")
     p.add_argument("--updates", type=int, default=20 if quick else 200, help="of each train run")
     p.add_argument(

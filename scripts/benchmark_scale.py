@@ -16,7 +16,6 @@ The extra flags (train.py's) go to every child, e.g. --spm-sample, --prepare-wor
 also writes the figures (scripts/plot_benchmarks.py draws memory against corpus size from several).
 """
 
-import argparse
 import gzip
 import json
 import os
@@ -28,6 +27,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from seq2seq.cli import Parser
 
 ROOT = Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
@@ -158,9 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--train-child"]:
         return train_child(argv[1:])
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n")[0], epilog="Others: train.py's."
-    )
+    parser = Parser(description=__doc__.split("\n")[0], epilog="Others: train.py's.")
     parser.add_argument("--pairs", type=int, required=True, help="synthetic training pairs")
     parser.add_argument("--work", default="data/benchmark_scale", help="corpus, cache, runs, logs")
     parser.add_argument(

@@ -17,7 +17,6 @@ thread count; the clients only wait on sockets. Every client talks to 127.0.0.1 
 has a deadline. `--quick`: 16 requests a level, memory after 20 and 200 requests.
 """
 
-import argparse
 import gzip
 import http.client
 import importlib.util
@@ -33,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from seq2seq.cli import Parser
 
 SERVE = Path(__file__).with_name("serve.py")
 CLIENTS = (1, 4, 16)
@@ -52,12 +53,9 @@ def read_sentences(path: str, count: int) -> list[str]:
 
 def machine() -> dict[str, Any]:
     """What the figures were measured on, and at which commit."""
-    from seq2seq.launch import cpu_model
+    from seq2seq.machine import cpu_model, git_commit
 
-    model = cpu_model()
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=SERVE.parent
-    ).stdout.strip()
+    model, commit = cpu_model(), git_commit(short=True)
     # what uvicorn's "auto" picks for the server: the C event loop and HTTP parser when installed
     loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
     http = "httptools" if importlib.util.find_spec("httptools") else "h11"
@@ -170,7 +168,7 @@ def memory(checkpoint: str, device: str, sentences: list[str], marks: tuple[int,
 
 def main(argv: list[str] | None = None) -> int:
     quick = "--quick" in (sys.argv[1:] if argv is None else argv)  # it sets the defaults below
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
+    parser = Parser(description=__doc__.split("\n")[0])
     parser.add_argument("checkpoint", metavar="CKPT")
     parser.add_argument("--src-file", required=True, help="source sentences (plain or .gz)")
     parser.add_argument("--quick", action="store_true", help="a short, noisy run of every figure")
@@ -188,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = sentences[: args.requests]
     result: dict[str, Any] = {"machine": machine(), "checkpoint": args.checkpoint,
                               "src_file": args.src_file, "ceiling": {}, "server": []}  # fmt: skip
-    from seq2seq.translator import Translator
+    from seq2seq.decoding.translator import Translator
 
     translator = Translator.load(args.checkpoint, args.device)
     with Server(args.checkpoint, args.device) as server:
@@ -211,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                 result["server"].append(level)
     # The same calls while a second thread that has translated is alive (as a worker thread of a
     # server is): torch keeps an OpenMP pool for each, which is why the server runs every torch call
-    # on one thread (seq2seq/serving.py). Last: a pool only goes when its thread ends.
+    # on one thread (seq2seq/serving/server.py). Last: a pool only goes when its thread ends.
     done = threading.Event()
 
     def second_thread(model: Any) -> None:

@@ -25,8 +25,8 @@ from typing import Any
 import torch
 from sacrebleu.metrics import BLEU
 
-from seq2seq.config import cli_message
-from seq2seq.decoding_flags import decoding_parser, pick_device, search_config
+from seq2seq.cli import cli_message
+from seq2seq.decoding.flags import decoding_parser, pick_device, search_config
 from seq2seq.errors import UserError
 
 
@@ -81,10 +81,10 @@ def main(argv: list[str] | None = None) -> int:
 def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     """Translate, score and write the hypotheses; returns the results as a JSON-ready dict."""
     search = check_flags(args)
-    from seq2seq.alignment import read_pharaoh
+    from seq2seq.alignment.words import read_pharaoh
     from seq2seq.checkpoint import corpus_of, read_checkpoint
-    from seq2seq.metrics import corpus_bleu, corpus_chrf
-    from seq2seq.translator import Translator
+    from seq2seq.decoding.translator import Translator
+    from seq2seq.training.metrics import corpus_bleu, corpus_chrf
 
     device = pick_device(args.device)
     files = read_files(args) if args.src_file is not None else None  # bad files fail fast
@@ -140,7 +140,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
 
 def check_flags(args: argparse.Namespace) -> "SearchConfig":  # noqa: F821
     """The search settings; refuses bad flag combinations and a tokenizer sacreBLEU cannot run."""
-    from seq2seq.metrics import corpus_bleu
+    from seq2seq.training.metrics import corpus_bleu
 
     if (args.src_file is None) != (args.ref_file is None):
         raise UserError("--src-file and --ref-file go together")
@@ -154,7 +154,7 @@ def check_flags(args: argparse.Namespace) -> "SearchConfig":  # noqa: F821
 
 def read_files(args: argparse.Namespace) -> tuple[list[str], list[list[str]], str]:
     """Sources, reference sets and a description of them, from --src-file and --ref-file(s)."""
-    from seq2seq.corpus import read_lines
+    from seq2seq.data.corpus import read_lines
 
     sources = read_lines(args.src_file)
     references = [read_lines(path) for path in args.ref_file]
@@ -169,7 +169,7 @@ def read_split(
 ) -> tuple[list[str], list[list[str]], str]:
     """Sources, the reference set and a description of them, from --split of the checkpoint's
     corpus."""
-    from seq2seq.corpus import read_pairs, resolve_corpus
+    from seq2seq.data.corpus import read_pairs, resolve_corpus
 
     if corpus is None:
         raise UserError("the checkpoint names no corpus: give --src-file and --ref-file")
@@ -187,7 +187,7 @@ def read_split(
 
 def score_alignments(args: argparse.Namespace, links: list, gold: list) -> dict[str, Any]:
     """AER, precision and recall of the model's `links` (one list per pair) against `gold`."""
-    from seq2seq.alignment import alignment_error_rate
+    from seq2seq.alignment.words import alignment_error_rate
 
     score = alignment_error_rate(links, gold)
     on = "the first reference, teacher-forced" if args.align_on == "ref" else "its translations"

@@ -6,7 +6,7 @@ Every checkpoint reads pair I of the split (from 0) of the corpus it was trained
 `--dataset` to use another), teacher-forced on the reference: the model reads the reference
 translation and each row is the attention it used to predict that reference subword, the figure
 `align/<i>` shows in TensorBoard. With `--beam K` it shows the attention behind the model's own
-translation instead. Each panel is `seq2seq.plotting.AlignmentPlot`, titled with the checkpoint's
+translation instead. Each panel is `seq2seq.alignment.plotting.AlignmentPlot`, titled with the checkpoint's
 model and scorer; the panels are joined left to right in the order given, so the three scorers are
 one command: `plot_attention.py additive.ckpt dot.ckpt scaled.ckpt --out scorers.png`.
 
@@ -22,12 +22,13 @@ from pathlib import Path
 
 from matplotlib.image import imsave
 
-from seq2seq.checkpoint import corpus_of, load_model, read_checkpoint
-from seq2seq.config import cli_message
-from seq2seq.corpus import Pairs, read_pairs, resolve_corpus
+from seq2seq.alignment.plotting import AlignmentPlot, side_by_side
+from seq2seq.checkpoint import corpus_of, read_checkpoint
+from seq2seq.cli import Parser, cli_message
+from seq2seq.data.corpus import Pairs, read_pairs, resolve_corpus
+from seq2seq.decoding.loading import load_model
+from seq2seq.decoding.translator import Translation, Translator
 from seq2seq.errors import UserError
-from seq2seq.plotting import AlignmentPlot, side_by_side
-from seq2seq.translator import Translation, Translator
 
 
 def model_name(model_args: dict) -> str:
@@ -75,7 +76,7 @@ def log_heatmaps(path: str, args: argparse.Namespace) -> Path:
     from datasets import Dataset
     from torch.utils.tensorboard import SummaryWriter
 
-    from seq2seq.callbacks import AttentionHeatmaps
+    from seq2seq.training.callbacks import AttentionHeatmaps
 
     checkpoint = read_checkpoint(path)
     pairs = pairs_of(checkpoint, args)
@@ -95,7 +96,7 @@ def log_heatmaps(path: str, args: argparse.Namespace) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("checkpoints", nargs="+", metavar="CKPT", help="one panel each, left to right")
     p.add_argument("--out", help="the image to write (.png)")
     p.add_argument("--tensorboard", metavar="DIR", help="also log align/<i> images under DIR")

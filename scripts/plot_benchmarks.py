@@ -13,10 +13,9 @@
   (largest process's RSS, and the process tree's PSS) against training pairs, log scale; with the
   training runs' peaks where the files have them. Writes `scale.png`.
 
-Figures are matplotlib's object API on an Agg canvas, as in seq2seq.plotting: no pyplot, no display.
+Figures are matplotlib's object API on an Agg canvas, as in seq2seq.alignment.plotting: no pyplot, no display.
 """
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from seq2seq.cli import Parser
 from seq2seq.errors import UserError
 
 DPI = 100
@@ -108,7 +108,7 @@ def save(fig: Figure, path: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("--speed", metavar="JSON", help="scripts/benchmark.py --json output")
     p.add_argument("--memory", metavar="JSON", help="scripts/benchmark_memory.py --json output")
     p.add_argument("--scale", metavar="JSON", nargs="+", help="scripts/benchmark_scale.py --json")

@@ -10,14 +10,15 @@ before a multi-process or multi-machine job; a second run finds the cache and on
 
 import sys
 
-from seq2seq.config import cli_message, parse_args
+from seq2seq.cli import cli_message
 from seq2seq.errors import UserError
+from seq2seq.training.config import parse_args
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_args(argv)
-        from seq2seq.prepare import prepare
+        from seq2seq.data.prepare import prepare
 
         prepared = prepare(cfg)
     except UserError as err:

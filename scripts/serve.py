@@ -2,7 +2,7 @@
 
 One process loads each checkpoint once and serves, at http://HOST:PORT/, the attention explorer (a
 sentence in; each model's translation, attention heatmap and word alignment side by side) and the
-JSON API described in seq2seq/serving.py and docs/serving.md. Models are named after their files
+JSON API described in seq2seq/serving/server.py and docs/serving.md. Models are named after their files
 (`additive.ckpt` -> additive; a repeated name gets -2, -3, ...). Needs `pip install -e ".[serve]"`.
 
 Every checkpoint is loaded before the port is opened: one that cannot be read stops the start with
@@ -14,14 +14,14 @@ import socket
 import sys
 from pathlib import Path
 
-from seq2seq.config import DefaultsFormatter, add_flags, cli_message
-from seq2seq.decoding_flags import pick_device
+from seq2seq.cli import DefaultsFormatter, Parser, add_flags, cli_message
+from seq2seq.decoding.flags import pick_device
 from seq2seq.errors import UserError
-from seq2seq.serve_requests import Limits
+from seq2seq.serving.requests import Limits
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         description="Serve checkpoints: an attention explorer page at / and a JSON API under "
         "/api (docs/serving.md). Requests for a model are queued and translated in batches.",
         formatter_class=DefaultsFormatter,
@@ -70,10 +70,10 @@ def main(argv: list[str] | None = None) -> int:
 def load(args: argparse.Namespace, limits: Limits) -> "FastAPI":  # noqa: F821
     """The app over every checkpoint, loaded once; the first that cannot be loaded is a UserError."""
     try:
-        from seq2seq.serving import TorchThread, build_app
+        from seq2seq.serving.server import TorchThread, build_app
     except ImportError as err:
         raise UserError(f'{err.name} is missing: pip install -e ".[serve]"') from None
-    from seq2seq.translator import Translator
+    from seq2seq.decoding.translator import Translator
 
     device = pick_device(args.device)
     torch_thread = TorchThread()  # loads the models and runs them: one thread for every torch call

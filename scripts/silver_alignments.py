@@ -6,7 +6,7 @@ text, so the test set is aligned together with the training set and only the tes
 written. `--split train` aligns the training set alone and writes all of its lines: the file that
 `train.py --guided-alignment` reads (one line per training pair; a blank pair gets an empty line),
 made without the test set's text. eflomal aligns both directions; `--symmetrize` makes one set of
-them (seq2seq.alignment.symmetrize: `intersect`, the links both agree on, or `grow-diag-final-and`,
+them (seq2seq.alignment.words.symmetrize: `intersect`, the links both agree on, or `grow-diag-final-and`,
 denser; eflomal ships no symmetrisation of its own, its README defers to fast_align's atools).
 `--with-possible` also writes the links of either direction left out, as possible links (`ipj`).
 
@@ -22,8 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from seq2seq.alignment import Link, format_pharaoh, symmetrize
-from seq2seq.corpus import SHARED_DATA, read_lines
+from seq2seq.alignment.words import format_pharaoh, symmetrize
+from seq2seq.cli import Parser
+from seq2seq.data.corpus import SHARED_DATA, read_lines
+from seq2seq.data.words import Link
 from seq2seq.errors import UserError
 
 MULTI30K = SHARED_DATA / "multi30k"
@@ -39,7 +41,7 @@ FILES = {  # flag: (default, help)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         description="Silver word alignments: align the test set together with the training set "
         "(or, with --split train, the training set alone) using eflomal (statistical, randomly "
         "seeded; pip install -e .[align]), symmetrize its two directions, and write the split's "

@@ -22,15 +22,18 @@ import sys
 import time
 from pathlib import Path
 
-from seq2seq.config import cli_message
+from seq2seq.cli import Parser, cli_message
 from seq2seq.errors import STOPPED, Stopped, UserError
-from seq2seq.study import Run, Study, StudySpec, thread_env, wait_passing_stops
+from seq2seq.signals import STOPS, forwarding, handling, wait_forwarding
+from seq2seq.study import process
+from seq2seq.study.layout import Study
+from seq2seq.study.spec import Run, StudySpec
 
 SCRIPT = Path(__file__).resolve()
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         description="Train and score variants x seeds; report means, intervals and paired tests.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n\n", 1)[1],
@@ -90,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
 def spec_from(args: argparse.Namespace) -> StudySpec | None:
     """The spec the flags or --config give; None when they give none (continue the saved one)."""
     if args.config:
-        from seq2seq.yaml_config import load_yaml
+        from seq2seq.training.yaml_config import load_yaml
 
         _, data = load_yaml(args.config)
         if not isinstance(data, dict):
@@ -161,14 +164,11 @@ def run_all(study: Study, spec: StudySpec | None, parallel: int, threads: int | 
     failed: list[str] = []
     stopping = False
 
-    def stop(signum: int, frame: object) -> None:  # pass a scheduler's stop on to every run
+    def stop(signum: int) -> None:  # each run got the signal too, and stops in its own way
         nonlocal stopping
         stopping = True
-        for process in running:
-            process.send_signal(signum)
 
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGUSR1)}
-    try:
+    with forwarding(running, then=stop):  # a scheduler's stop, passed on to every run
         while todo or running:
             while todo and len(running) < parallel and not stopping:
                 run = todo.pop(0)
@@ -184,12 +184,9 @@ def run_all(study: Study, spec: StudySpec | None, parallel: int, threads: int | 
             if stopping and not running:
                 break
             time.sleep(1)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     if stopping:
         print("stopped: start the same command again to continue", file=sys.stderr)
-        return 143
+        return STOPPED
     if failed:
         print(f"unfinished: {', '.join(failed)} (see their train.log)", file=sys.stderr)
         return 1
@@ -203,7 +200,7 @@ def run_one(study: Study, run: Run, threads: int | None) -> int:
     threads = threads or os.cpu_count() or 1
     state = study.state(run)
     if state in ("new", "partial"):
-        status = study.train(spec, run, threads)
+        status = process.train(study, spec, run, threads)
         if status != 0:
             log = study.run_dir(run) / "train.log"
             print(f"{run.name}: train.py exited with status {status}; see {log}", file=sys.stderr)
@@ -212,8 +209,10 @@ def run_one(study: Study, run: Run, threads: int | None) -> int:
         # A new process, so a run trained for hours is scored by the code of now.
         command = [sys.executable, str(SCRIPT), "score", str(study.folder), run.variant,
                    str(run.seed), "--work-dir", str(study.work_dir)]  # fmt: skip
-        process = subprocess.Popen(command, env=thread_env(threads))  # the run's share of the cores
-        return wait_passing_stops(process)
+        child = subprocess.Popen(
+            command, env=process.thread_env(threads)
+        )  # the run's share of cores
+        return wait_forwarding(child)
     return 0
 
 
@@ -221,7 +220,7 @@ def score_one(study: Study, run: Run) -> int:
     """Score a trained run. A stop (SIGTERM, SIGUSR1) ends the scoring and the evaluate.py it is
     waiting for, with status 4: result.json is written last, so the run stays `trained` and the
     next start scores it again."""
-    from seq2seq.study_eval import score_run
+    from seq2seq.study.scoring import score_run
 
     spec = study.load_spec()
     check_run(spec, run)
@@ -232,10 +231,9 @@ def score_one(study: Study, run: Run) -> int:
         # Raised inside subprocess.run, which kills its child before passing the exception on.
         raise Stopped(f"scoring stopped by {signal.Signals(signum).name}", None, None)
 
-    for signum in (signal.SIGTERM, signal.SIGUSR1):
-        signal.signal(signum, stop)
     try:
-        result = score_run(study, spec, run)
+        with handling(STOPS, stop):
+            result = score_run(study, spec, run)
     except Stopped as stopped:
         print(f"{run.name}: {stopped.reason}; the next start scores it again", file=sys.stderr)
         return STOPPED
@@ -262,7 +260,7 @@ def print_status(study: Study) -> int:
 
 
 def write_report(study: Study) -> int:
-    from seq2seq.study_report import build_report
+    from seq2seq.study.report import build_report
 
     paths = build_report(study)
     print("report: " + ", ".join(str(path) for path in paths))

@@ -9,8 +9,10 @@ import time
 import typing
 import warnings
 
-from seq2seq.config import TrainConfig, cli_message, parse_args
+from seq2seq.cli import cli_message
 from seq2seq.errors import STOPPED, Stopped, TrainingDiverged, UserError
+from seq2seq.signals import restoring
+from seq2seq.training.config import TrainConfig, parse_args
 
 STOP_SIGNALS = [signal.SIGTERM, *(getattr(signal, f"SIG{name}") for name in typing.get_args(
     TrainConfig.__annotations__["stop_signal"]))]  # fmt: skip
@@ -19,7 +21,7 @@ STOP_SIGNALS = [signal.SIGTERM, *(getattr(signal, f"SIG{name}") for name in typi
 def build_trainer(cfg: TrainConfig, callbacks: list, logger) -> "L.Trainer":  # noqa: F821
     import lightning as L
 
-    from seq2seq.runs import AtomicCheckpointIO
+    from seq2seq.training.runs import AtomicCheckpointIO
 
     val_kwargs = (
         # Lightning counts batches here, not updates: each update is accumulate_grad_batches of them.
@@ -50,26 +52,23 @@ def build_trainer(cfg: TrainConfig, callbacks: list, logger) -> "L.Trainer":  # 
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Training takes over the stop signals (seq2seq.stops); a caller in the same process (a test,
+    # Training takes over the stop signals (seq2seq.training.stops); a caller in the same process (a test,
     # a notebook) gets its own handlers back however training ends.
-    handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
     started = time.monotonic()  # --max-minutes counts from here: each process has its own budget
-    try:
-        cfg = parse_args(argv)
-        return train(cfg, started)
-    except UserError as err:
-        _print_error(err)
-        return 2
-    except TrainingDiverged as err:
-        _print_error(err)
-        return 3
-    except Stopped as stop:
-        if _rank_zero():
-            print(stop_message(stop), file=sys.stderr)
-        return STOPPED
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
+    with restoring(STOP_SIGNALS):
+        try:
+            cfg = parse_args(argv)
+            return train(cfg, started)
+        except UserError as err:
+            _print_error(err)
+            return 2
+        except TrainingDiverged as err:
+            _print_error(err)
+            return 3
+        except Stopped as stop:
+            if _rank_zero():
+                print(stop_message(stop), file=sys.stderr)
+            return STOPPED
 
 
 def stop_message(stop: Stopped) -> str:
@@ -104,12 +103,12 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
     from lightning.pytorch.loggers import TensorBoardLogger
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from seq2seq.callbacks import AlignmentErrorRate, AttentionHeatmaps, TokensPerSecond
-    from seq2seq.data import TranslationDataModule, check_same_corpus, check_same_order
-    from seq2seq.guards import NonFiniteLossGuard
-    from seq2seq.launch import check_hardware, trainer_error
-    from seq2seq.models import build_model, model_args_from
-    from seq2seq.runs import (
+    from seq2seq.data.datamodule import TranslationDataModule, check_same_corpus, check_same_order
+    from seq2seq.models.build import build_model, model_args_from
+    from seq2seq.training.callbacks import AlignmentErrorRate, AttentionHeatmaps, TokensPerSecond
+    from seq2seq.training.guards import NonFiniteLossGuard
+    from seq2seq.training.launch import check_hardware, trainer_error
+    from seq2seq.training.runs import (
         check_fits,
         check_writable,
         checkpoint_callbacks,
@@ -117,8 +116,8 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
         remove_stale_temporaries,
         resume_plan,
     )
-    from seq2seq.stops import PoliteStop
-    from seq2seq.system import TranslationSystem
+    from seq2seq.training.stops import PoliteStop
+    from seq2seq.training.system import TranslationSystem
 
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     # Validation metrics come from outputs gathered across ranks: every rank logs the same value.

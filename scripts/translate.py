@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from seq2seq.config import cli_message
-from seq2seq.decoding_flags import decoding_parser, pick_device, search_config
+from seq2seq.cli import cli_message
+from seq2seq.decoding.flags import decoding_parser, pick_device, search_config
 from seq2seq.errors import UserError
 
 CHUNK = 1000  # lines translated together: big enough for full batches, small enough to stream
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def translate(args: argparse.Namespace, stdin: IO[bytes], stdout: IO[str]) -> int:
     search = search_config(args)
-    from seq2seq.translator import Translator
+    from seq2seq.decoding.translator import Translator
 
     translator = Translator.load(args.checkpoint, pick_device(args.device))
     with open_input(args.input) if args.input else contextlib.nullcontext(stdin) as source:
@@ -92,7 +92,7 @@ def translate_chunk(
     lines: list[str],
 ) -> list[str]:
     """The output lines for input `lines`, the first of which is line `first` (from 1)."""
-    from seq2seq.translator import TruncatedInput
+    from seq2seq.decoding.translator import TruncatedInput
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TruncatedInput)
@@ -118,7 +118,7 @@ def translate_chunk(
 
 def output_lines(number: int, result: "Translation", args: argparse.Namespace) -> list[str]:  # noqa: F821
     """The output of input line `number` (from 0), as OUTPUT describes."""
-    from seq2seq.alignment import format_pharaoh
+    from seq2seq.alignment.words import format_pharaoh
 
     if args.alignments == "soft":
         return [json.dumps({"line": number, **result.to_dict(digits=4)}, ensure_ascii=False)]
@@ -183,7 +183,7 @@ def _lines_of(source: IO[bytes]) -> Iterator[bytes]:
 
 def plot(folder: str, number: int, result: "Translation") -> None:  # noqa: F821
     """Save the alignment of line `number` as `<folder>/<number>.png` (source on x, output on y)."""
-    from seq2seq.plotting import alignment_figure, save_figure
+    from seq2seq.alignment.plotting import alignment_figure, save_figure
 
     figure = alignment_figure(
         result.attention, result.src_tokens, result.tgt_tokens, f"line {number}",

@@ -10,11 +10,11 @@ __all__ = ["Translator", "load_model"]
 
 def __getattr__(name: str):  # PEP 562: import torch and friends only when asked for
     if name == "Translator":
-        from seq2seq.translator import Translator
+        from seq2seq.decoding.translator import Translator
 
         return Translator
     if name == "load_model":
-        from seq2seq.checkpoint import load_model
+        from seq2seq.decoding.loading import load_model
 
         return load_model
     raise AttributeError(f"module 'seq2seq' has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
 What a checkpoint holds (a dict, saved with `torch.save`; training adds Lightning's own keys):
 
-- `model_args`: the arguments `seq2seq.models.build_model` rebuilds the `nn.Module` from;
+- `model_args`: the arguments `seq2seq.models.build.build_model` rebuilds the `nn.Module` from;
 - `state_dict`: the model's weights, under `model.` (the LightningModule's attribute);
 - `tokenizer`: the sentencepiece model proto, as bytes;
 - `hyper_parameters`: the optimisation settings of the run (learning rate, smoothing, ...) and the
@@ -11,7 +11,7 @@ What a checkpoint holds (a dict, saved with `torch.save`; training adds Lightnin
   whole config in `hyper_parameters` instead of `model_args`; `read_checkpoint` still reads those.
 
 The whole flag set of a run lives in its `hparams.yaml`, not here. Rebuilding a model needs no training
-machinery (this is what `load_model` does):
+machinery (this is what `seq2seq.decoding.loading.load_model` does):
 
     checkpoint = torch.load(path, weights_only=True)
     model = build_model(checkpoint["model_args"])
@@ -31,9 +31,16 @@ import torch
 
 from seq2seq.atomic import atomic_write
 from seq2seq.errors import UserError
-from seq2seq.interface import Seq2Seq
-from seq2seq.models import MODEL_KEYS, build_model
-from seq2seq.tokenizer import Tokenizer
+
+# The constructor arguments each model kind keeps in a checkpoint's `model_args`, besides
+# `vocab_size`: the file format's record, which `seq2seq.models.build` builds models from and which a
+# seq2seq 0.1 checkpoint's config must hold in full.
+MODEL_KEYS = {
+    "rnn": ("emb_size", "hidden_size", "score", "attn_size", "enc_layers", "dropout",
+            "tie_embeddings"),
+    "transformer": ("d_model", "heads", "layers", "ff_size", "dropout", "post_ln",
+                    "tie_embeddings"),
+}  # fmt: skip
 
 
 def atomic_save(obj: Any, path: str | Path) -> None:
@@ -95,22 +102,3 @@ def corpus_of(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
 def model_weights(checkpoint: dict[str, Any]) -> dict[str, torch.Tensor]:
     """The model's state dict out of a checkpoint (the system keeps the model under `model.`)."""
     return {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items()}
-
-
-def load_model(path: str | Path, map_location: str = "cpu") -> tuple[Seq2Seq, Tokenizer]:
-    """The trained model (eval mode) and its tokenizer, from a checkpoint file alone.
-
-    A missing, truncated or foreign file, or weights that do not fit, is a UserError naming it.
-    """
-    checkpoint = read_checkpoint(path, map_location)
-    try:
-        model = build_model(checkpoint["model_args"])
-        model.load_state_dict(model_weights(checkpoint))
-        tokenizer = Tokenizer.from_bytes(checkpoint["tokenizer"])
-    except UserError as err:
-        raise UserError(f"{path}: {err}") from None
-    except (RuntimeError, TypeError, ValueError) as err:
-        raise UserError(
-            f"{path}: weights do not fit this version of seq2seq ({str(err).splitlines()[0]})"
-        ) from None
-    return model.to(map_location).eval(), tokenizer

@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 import torch
 
-from seq2seq.tokenizer import Tokenizer
+from seq2seq.data.tokenizer import Tokenizer
 
 # Every test model is tiny: on two cores, thread hand-offs cost more than they save (and a test's
 # subprocesses, DDP ranks among them, would otherwise fight its threads for the same cores).

@@ -15,12 +15,12 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from seq2seq import callbacks
-from seq2seq.batching import collate
-from seq2seq.config import TrainConfig
-from seq2seq.loss import batch_loss
-from seq2seq.models import build_model, model_args_from
-from seq2seq.system import TranslationSystem
+from seq2seq.data.batching import collate
+from seq2seq.models.build import build_model, model_args_from
+from seq2seq.training import callbacks
+from seq2seq.training.config import TrainConfig
+from seq2seq.training.losses import batch_loss
+from seq2seq.training.system import TranslationSystem
 
 VOCAB = 20
 # Target lengths (words; EOS adds one) of the sentences of each micro-batch. Their real target
@@ -188,7 +188,7 @@ if __name__ == "__main__":
 def test_every_epoch_holds_whole_updates_so_validation_falls_on_their_boundaries(
     tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from seq2seq.batching import TokenBudgetBatchSampler
+    from seq2seq.data.batching import TokenBudgetBatchSampler
     from tests.conftest import load_script, tiny_train_args
 
     lengths = [5, 9, 3, 7, 11, 4, 6, 8, 2, 10] * 7  # 70 examples, a few dozen batches

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from seq2seq.alignment import (
+from seq2seq.alignment.words import (
     alignment_error_rate,
     format_pharaoh,
     hard_links,
@@ -185,7 +185,7 @@ def test_word_spans_agree_with_a_character_by_character_reference() -> None:
     import random
     import re
 
-    from seq2seq.alignment import word_spans_in_text
+    from seq2seq.data.words import word_spans_in_text
 
     chars = [chr(c) for c in range(0x3000 + 1)]  # every space character is below U+3001
     assert all(bool(re.fullmatch(r"\s", c)) == c.isspace() for c in chars)  # as str.split()

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from seq2seq.attention import (
+from seq2seq.models.attention import (
     AdditiveEnergy,
     AdditiveScorer,
     attend,

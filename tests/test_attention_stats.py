@@ -6,10 +6,10 @@ import math
 import pytest
 import torch
 
-from seq2seq.attention import lengths_to_mask, masked_softmax
-from seq2seq.attention_stats import means, recorded_scores, row_sums, stacked_scores
-from seq2seq.rnn import RNNSeq2Seq
-from seq2seq.transformer import TransformerSeq2Seq
+from seq2seq.alignment.stats import means, recorded_scores, row_sums, stacked_scores
+from seq2seq.models.attention import lengths_to_mask, masked_softmax
+from seq2seq.models.rnn import RNNSeq2Seq
+from seq2seq.models.transformer import TransformerSeq2Seq
 
 
 @pytest.mark.parametrize("score", ["additive", "dot", "scaled"])

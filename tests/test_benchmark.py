@@ -8,12 +8,12 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from seq2seq.batching import collate
-from seq2seq.config import TrainConfig
-from seq2seq.loss import batch_loss
-from seq2seq.reference import reference_loss, textbook_loader
-from seq2seq.rnn import RNNSeq2Seq
-from seq2seq.transformer import TransformerSeq2Seq
+from seq2seq.data.batching import collate
+from seq2seq.models.rnn import RNNSeq2Seq
+from seq2seq.models.transformer import TransformerSeq2Seq
+from seq2seq.training.config import TrainConfig
+from seq2seq.training.losses import batch_loss
+from seq2seq.training.reference import reference_loss, textbook_loader
 from tests.conftest import load_script
 
 benchmark = load_script("benchmark")
@@ -56,7 +56,7 @@ def test_reference_path_equals_fast_path_in_loss_and_gradients(score: str, tie: 
 def test_textbook_loader_gives_random_fixed_size_batches(
     tiny_corpus, tmp_path, monkeypatch
 ) -> None:
-    from seq2seq.data import TranslationDataModule
+    from seq2seq.data.datamodule import TranslationDataModule
 
     monkeypatch.chdir(tmp_path)
     dm = TranslationDataModule(TrainConfig(data_dir=str(tiny_corpus), vocab_size=100))
@@ -93,7 +93,9 @@ def test_bf16_autocast_path_computes_nearly_the_same_loss(score: str) -> None:
 def test_flops_per_token_matches_pytorchs_flop_counter(
     model, lengths: tuple[int, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("seq2seq.loss.ROWS", 1)  # the output layer's zero rows are not useful work
+    monkeypatch.setattr(
+        "seq2seq.training.losses.ROWS", 1
+    )  # the output layer's zero rows are not useful work
     batch = random_batch(50, [lengths])  # one sentence: no padding, every FLOP is useful
     s, t = float(batch["src_lens"][0]), float(batch["tgt_mask"].sum())
     # The math backend's attention is plain matmuls, which the counter sees (fused kernels it may not).

@@ -8,16 +8,16 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from seq2seq.batching import collate
-from seq2seq.callbacks import (
+from seq2seq.data.batching import collate
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.models.interface import Seq2Seq
+from seq2seq.models.rnn import RNNSeq2Seq
+from seq2seq.training.callbacks import (
     AttentionHeatmaps,
     cpu_copy,
     probe_alignments,
     teacher_forced_alignments,
 )
-from seq2seq.interface import Seq2Seq
-from seq2seq.rnn import RNNSeq2Seq
-from seq2seq.tokenizer import Tokenizer
 from tests.conftest import load_script, tiny_train_args
 
 
@@ -25,7 +25,7 @@ def make_model(kind: str, vocab_size: int) -> Seq2Seq:
     torch.manual_seed(0)
     if kind == "rnn":
         return RNNSeq2Seq(vocab_size, emb_size=16, hidden_size=32, dropout=0.5)
-    transformer = pytest.importorskip("seq2seq.transformer")
+    transformer = pytest.importorskip("seq2seq.models.transformer")
     return transformer.TransformerSeq2Seq(vocab_size, d_model=16, heads=2, layers=2, ff_size=32)
 
 

@@ -6,11 +6,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from seq2seq.checkpoint import corpus_of, load_model, read_checkpoint
-from seq2seq.config import TrainConfig
+from seq2seq.checkpoint import corpus_of, read_checkpoint
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.decoding.loading import load_model
 from seq2seq.errors import UserError
-from seq2seq.models import build_model
-from seq2seq.tokenizer import Tokenizer
+from seq2seq.models.build import build_model
+from seq2seq.training.config import TrainConfig
 
 
 def test_the_readme_recipe_equals_load_model(tiny_checkpoint: Path) -> None:

@@ -2,9 +2,9 @@ import dataclasses
 
 import pytest
 
-from seq2seq.config import TrainConfig, build_parser, parse_args
-from seq2seq.decoding_flags import decoding_parser, search_config
+from seq2seq.decoding.flags import decoding_parser, search_config
 from seq2seq.errors import UserError
+from seq2seq.training.config import TrainConfig, build_parser, parse_args
 
 
 def test_defaults_need_no_flags() -> None:

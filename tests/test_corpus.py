@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from seq2seq import corpus
-from seq2seq.corpus import read_pairs, resolve_corpus
+from seq2seq.data import corpus
+from seq2seq.data.corpus import read_pairs, resolve_corpus
 from seq2seq.errors import UserError
 
 

@@ -7,11 +7,11 @@ import pytest
 import torch
 from lightning.fabric.utilities.data import _set_sampler_epoch
 
-from seq2seq import batching
-from seq2seq.config import TrainConfig
-from seq2seq.data import TokenBudgetBatchSampler, TranslationDataModule, collate
+from seq2seq.data import batching
+from seq2seq.data.datamodule import TokenBudgetBatchSampler, TranslationDataModule, collate
+from seq2seq.data.tokenizer import BOS, EOS, PAD
 from seq2seq.errors import UserError
-from seq2seq.tokenizer import BOS, EOS, PAD
+from seq2seq.training.config import TrainConfig
 
 BUDGET = 64
 

@@ -28,7 +28,7 @@ LEARNS = ("--emb-size", "32", "--hidden-size", "64", "--lr", "1e-2", "--dropout"
 PROBE = """
 import os
 import time
-from seq2seq.tokenizer import Tokenizer
+from seq2seq.data.tokenizer import Tokenizer
 
 _train = Tokenizer.train.__func__
 

@@ -118,7 +118,7 @@ def tracked(*patterns: str) -> set[str]:
 
 def test_layout_names_every_module_and_script() -> None:
     """docs/layout.md's first column names each file; a bare name is in the folder of the path
-    before it in the same cell (`seq2seq/search.py`, `beam.py`)."""
+    before it in the same cell (`seq2seq/decoding/search.py`, `beam.py`)."""
     named = set()
     for line in (ROOT / "docs" / "layout.md").read_text("utf-8").splitlines():
         if not line.startswith("| `"):

@@ -23,14 +23,14 @@ from pathlib import Path
 import pytest
 import torch
 
-import seq2seq.cachelock as cachelock
-import seq2seq.data
-import seq2seq.launch as launch
-import seq2seq.prepare
-from seq2seq.config import parse_args
-from seq2seq.data import TranslationDataModule
-from seq2seq.prepare import prepare
-from seq2seq.system import TranslationSystem
+import seq2seq.data.cachelock as cachelock
+import seq2seq.data.datamodule
+import seq2seq.data.prepare
+import seq2seq.training.launch as launch
+from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.data.prepare import prepare
+from seq2seq.training.config import parse_args
+from seq2seq.training.system import TranslationSystem
 from tests.conftest import load_script, tiny_train_args, write_corpus
 
 train = load_script("train")
@@ -390,7 +390,7 @@ FAULTS: dict[str, Setup] = {
     "a stop before training begins": signal_while_reading,
     "a full disk at a checkpoint": full_disk(os, "fsync", cache_first=True),
     "a full disk at the tokenizer": full_disk(os, "fsync"),
-    "a full disk at a split": full_disk(seq2seq.prepare, "_fsynced"),
+    "a full disk at a split": full_disk(seq2seq.data.prepare, "_fsynced"),
     "a shard cut short": cached(cut_shard),
     "an empty `meta.json`": cached(empty_meta),
     "a damaged tokenizer": cached(cut_tokenizer),
@@ -470,7 +470,7 @@ def test_each_dropped_pairs_line_is_logged_whole(
     write_corpus(Path("good"), SMALL)
     LOG_LINES[case](tmp_path, request)
     said: list[str] = []
-    monkeypatch.setattr(seq2seq.data, "rank_zero_info", said.append)
+    monkeypatch.setattr(seq2seq.data.datamodule, "rank_zero_info", said.append)
     dm = TranslationDataModule(parse_args(tiny_train_args(Path("good"), Path("runs"), *flags(row))))
     dm.prepare_data()
     dm.setup("fit")

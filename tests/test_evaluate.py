@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from seq2seq.alignment import format_pharaoh
+from seq2seq.alignment.words import format_pharaoh
 from tests.conftest import load_script
 
 evaluate = load_script("evaluate")
@@ -135,7 +135,7 @@ def test_bad_input_files_are_refused_in_one_line(
 def test_alignment_error_rate_against_a_gold_file(
     tiny_checkpoint: Path, no_corpus: Path, capsys
 ) -> None:
-    from seq2seq.translator import Translator
+    from seq2seq.decoding.translator import Translator
 
     sources, refs = (Path(name).read_text().splitlines() for name in ("src.txt", "ref.txt"))
     found = Translator.load(tiny_checkpoint).align(sources, refs)

@@ -1,16 +1,16 @@
-"""Compiled decoding (seq2seq.fast): the same losses, gradients and searches as the eager model."""
+"""Compiled decoding (seq2seq.models.fast): the same losses, gradients and searches as the eager model."""
 
 import pytest
 import torch
 from torch import Tensor, nn
 
-from seq2seq.attention import lengths_to_mask
-from seq2seq.fast import CompiledRNN, bucket, chunk_sizes
-from seq2seq.loss import batch_loss
-from seq2seq.rnn import RNNSeq2Seq
-from seq2seq.search import SearchConfig, beam_search, greedy_search
-from seq2seq.tokenizer import BOS, EOS
-from seq2seq.transformer import TransformerSeq2Seq
+from seq2seq.data.tokenizer import BOS, EOS
+from seq2seq.decoding.search import SearchConfig, beam_search, greedy_search
+from seq2seq.models.attention import lengths_to_mask
+from seq2seq.models.fast import CompiledRNN, bucket, chunk_sizes
+from seq2seq.models.rnn import RNNSeq2Seq
+from seq2seq.models.transformer import TransformerSeq2Seq
+from seq2seq.training.losses import batch_loss
 
 V = 30
 

@@ -186,7 +186,7 @@ def test_a_waiting_process_names_the_builder_it_waits_for(
 NO_LOCK = """
 import contextlib, socket, sys, time
 from pathlib import Path
-import seq2seq.prepare as prepare
+import seq2seq.data.prepare as prepare
 prepare.exclusive = lambda *args: contextlib.nullcontext()  # a lock that does not reach the other
 socket.gethostname = lambda: sys.argv[1]  # another machine: its temporaries are not ours to judge
 go = Path(sys.argv[2])
@@ -222,7 +222,7 @@ def test_two_builders_the_lock_does_not_reach_end_with_one_cache(
 
 
 def test_only_the_temporaries_of_dead_owners_are_removed(tmp_path: Path) -> None:
-    from seq2seq.cachelock import Owner, _start_ticks, remove_orphans, temporary_name
+    from seq2seq.data.cachelock import Owner, _start_ticks, remove_orphans, temporary_name
 
     target = tmp_path / "split-f1"
     me = Owner.me()

@@ -9,25 +9,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from seq2seq import prepare as prep
-from seq2seq.alignment import Link, alignment_error_rate, format_pharaoh, word_spans_in_text
-from seq2seq.batching import collate
-from seq2seq.config import TrainConfig, parse_args
-from seq2seq.data import TranslationDataModule
+from seq2seq.alignment.words import alignment_error_rate, format_pharaoh
+from seq2seq.data import prepare as prep
+from seq2seq.data.batching import collate
+from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.data.links import LinkedPairs, dense_reference, encode_with_links, piece_links
+from seq2seq.data.split_rows import SplitRows
+from seq2seq.data.tokenizer import EOS, Tokenizer
+from seq2seq.data.words import Link, word_spans_in_text
+from seq2seq.decoding.translator import Translator, word_alignment
 from seq2seq.errors import UserError
-from seq2seq.fast import CompiledRNN
-from seq2seq.guided import (
-    LinkedPairs,
-    alignment_loss,
-    dense_reference,
-    encode_with_links,
-    piece_links,
-)
-from seq2seq.loss import batch_loss
-from seq2seq.models import build_model, model_args_from
-from seq2seq.split_rows import SplitRows
-from seq2seq.tokenizer import EOS, Tokenizer
-from seq2seq.translator import Translator, word_alignment
+from seq2seq.models.build import build_model, model_args_from
+from seq2seq.models.fast import CompiledRNN
+from seq2seq.training.config import TrainConfig, parse_args
+from seq2seq.training.losses import alignment_loss, batch_loss
 from tests.conftest import LEXICON, load_script, tiny_train_args, write_corpus
 
 
@@ -327,7 +322,7 @@ def test_align_loss_is_normalised_by_the_update_s_real_target_tokens(
     # the translation loss's normalisation, computed here from the untrained model by hand.
     import lightning as L
 
-    from seq2seq.system import TranslationSystem
+    from seq2seq.training.system import TranslationSystem
 
     path = write_links(tiny_corpus, "norm.align")
     cfg = _cfg(tiny_corpus, tmp_path / "cache", guided_alignment=str(path), batch_tokens=300)

@@ -2,8 +2,8 @@ import pytest
 import torch
 from torch import nn
 
-from seq2seq.attention import lengths_to_mask
-from seq2seq.multihead import MultiHeadAttention
+from seq2seq.models.attention import lengths_to_mask
+from seq2seq.models.multihead import MultiHeadAttention
 
 H, N = 16, 4
 

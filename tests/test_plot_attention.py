@@ -7,7 +7,7 @@ import numpy as np
 from matplotlib.image import imread
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from seq2seq.plotting import side_by_side
+from seq2seq.alignment.plotting import side_by_side
 from tests.conftest import load_script
 
 plot_attention = load_script("plot_attention")

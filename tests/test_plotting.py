@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from seq2seq.plotting import AlignmentPlot, alignment_figure, figure_to_array, save_figure
+from seq2seq.alignment.plotting import AlignmentPlot, alignment_figure, figure_to_array, save_figure
 
 SRC = ["▁Ein", "▁Hund", "▁läuft", ".", "</s>"]
 TGT = ["▁A", "▁dog", "▁runs", "</s>"]

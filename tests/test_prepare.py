@@ -12,12 +12,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from seq2seq import prepare as prep
-from seq2seq.config import TrainConfig
-from seq2seq.data import TranslationDataModule, load_split
+from seq2seq.data import prepare as prep
+from seq2seq.data.datamodule import TranslationDataModule, load_split
+from seq2seq.data.split_rows import SplitRows
+from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.errors import UserError
-from seq2seq.split_rows import SplitRows
-from seq2seq.tokenizer import Tokenizer
+from seq2seq.training.config import TrainConfig
 from tests.conftest import load_script
 
 
@@ -119,7 +119,7 @@ def test_a_crash_mid_write_leaves_no_cache_and_the_next_call_rebuilds(
 CHILD = """
 import json, os, sys, time, types
 from pathlib import Path
-from seq2seq import prepare as prep
+from seq2seq.data import prepare as prep
 cfg, go = types.SimpleNamespace(**json.loads(sys.argv[1])), Path(sys.argv[2])
 real = prep._encode_split
 prep._encode_split = lambda *args: time.sleep(0.5) or real(*args)  # hold the lock a while

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 import seq2seq.checkpoint as checkpoint_io
-import seq2seq.runs as runs
+import seq2seq.training.runs as runs
 from seq2seq.checkpoint import atomic_save
-from seq2seq.runs import remove_stale_temporaries
-from seq2seq.system import TranslationSystem
+from seq2seq.training.runs import remove_stale_temporaries
+from seq2seq.training.system import TranslationSystem
 from tests.conftest import load_script, tiny_train_args
 
 train = load_script("train")

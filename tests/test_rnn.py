@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from seq2seq.attention import AdditiveScorer, lengths_to_mask
-from seq2seq.rnn import RNNSeq2Seq
+from seq2seq.models.attention import AdditiveScorer, lengths_to_mask
+from seq2seq.models.rnn import RNNSeq2Seq
 
 SCORERS = ["additive", "dot", "scaled"]
 

@@ -4,18 +4,18 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from seq2seq.attention import lengths_to_mask
-from seq2seq.errors import UserError
-from seq2seq.interface import State
-from seq2seq.rnn import RNNSeq2Seq
-from seq2seq.search import (
+from seq2seq.data.tokenizer import BOS, EOS
+from seq2seq.decoding.search import (
     SearchConfig,
     beam_search,
     gnmt_penalty,
     greedy_search,
     translate_batch,
 )
-from seq2seq.tokenizer import BOS, EOS
+from seq2seq.errors import UserError
+from seq2seq.models.attention import lengths_to_mask
+from seq2seq.models.interface import State
+from seq2seq.models.rnn import RNNSeq2Seq
 
 V = 24
 

@@ -26,12 +26,12 @@ import pytest
 import torch
 import uvicorn
 
-from seq2seq.models import build_model
-from seq2seq.serve_batcher import Batcher, Busy
-from seq2seq.serve_requests import Limits
-from seq2seq.serving import TorchThread, build_app
-from seq2seq.tokenizer import Tokenizer
-from seq2seq.translator import Translator
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.decoding.translator import Translator
+from seq2seq.models.build import build_model
+from seq2seq.serving.batcher import Batcher, Busy
+from seq2seq.serving.requests import Limits
+from seq2seq.serving.server import TorchThread, build_app
 from tests.conftest import load_script, make_pairs
 
 serve = load_script("serve")

@@ -93,7 +93,7 @@ def test_a_signal_before_training_begins_exits_4_with_nothing_saved(
     args = tiny_train_args(tiny_corpus, tmp_path / "runs", *FLAGS)
     code = (
         "import os, signal, sys, runpy\n"
-        "import seq2seq.data as data\n"
+        "import seq2seq.data.datamodule as data\n"
         "real = data.TranslationDataModule.setup\n"
         "def setup(self, stage=None):\n"
         "    os.kill(os.getpid(), signal.SIGTERM)\n"
@@ -112,7 +112,7 @@ def test_a_signal_before_training_begins_exits_4_with_nothing_saved(
 
 
 def test_the_stop_signal_is_the_flag_s_and_sigterm_always_stops(tmp_path: Path) -> None:
-    from seq2seq.stops import PoliteStop
+    from seq2seq.training.stops import PoliteStop
 
     stop = PoliteStop(tmp_path, "USR2")
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR2)}

@@ -15,10 +15,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from seq2seq import prepare as prep
-from seq2seq.config import TrainConfig
+from seq2seq.data import prepare as prep
+from seq2seq.data.split_rows import SplitRows
 from seq2seq.errors import UserError
-from seq2seq.split_rows import SplitRows
+from seq2seq.training.config import TrainConfig
 from tests.conftest import tiny_train_args, write_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,7 +178,7 @@ def test_a_damaged_tokenizer_is_one_line_naming_it(tiny_corpus: Path, tmp_path: 
 def test_a_file_system_without_locks_builds_with_a_warning(
     tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    import seq2seq.cachelock as cachelock
+    import seq2seq.data.cachelock as cachelock
 
     def no_locks(fd: int, operation: int) -> None:  # what Lustre without flock answers
         raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
@@ -194,7 +194,7 @@ def test_a_file_system_without_locks_builds_with_a_warning(
 def test_the_lock_file_is_group_writable_where_its_folder_is(
     tmp_path: Path, folder_mode: int, lock_mode: int
 ) -> None:
-    from seq2seq.cachelock import exclusive
+    from seq2seq.data.cachelock import exclusive
 
     cache = tmp_path / "cache"
     cache.mkdir()

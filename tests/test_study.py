@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from seq2seq.study import Run, Study
+from seq2seq.study.layout import Study
+from seq2seq.study.spec import Run
 from tests.conftest import load_script, tiny_train_args
 
 study_script = load_script("study")
@@ -245,8 +246,8 @@ def test_score_curves_join_the_sittings_of_a_resumed_run(tmp_path, capsys):
 
 
 def test_report_lists_a_runs_commits_in_sitting_order_and_explains_all_only_when_shown():
-    from seq2seq.study import StudySpec
-    from seq2seq.study_report import FIGURES, markdown, summarize
+    from seq2seq.study.report import FIGURES, markdown, summarize
+    from seq2seq.study.spec import StudySpec
 
     def run(seed: int, commits: list[str]) -> dict:
         trained = [{"commit": c, "cpu": "test CPU"} for c in commits]

@@ -4,13 +4,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seq2seq import loss
-from seq2seq.attention import lengths_to_mask
-from seq2seq.loss import batch_loss, smoothed_nll
-from seq2seq.rnn import RNNSeq2Seq
-from seq2seq.search import greedy_search
-from seq2seq.system import lr_factor
-from seq2seq.tokenizer import BOS, EOS
+from seq2seq.data.tokenizer import BOS, EOS
+from seq2seq.decoding.search import greedy_search
+from seq2seq.models.attention import lengths_to_mask
+from seq2seq.models.rnn import RNNSeq2Seq
+from seq2seq.training import losses as loss
+from seq2seq.training.losses import batch_loss, smoothed_nll
+from seq2seq.training.system import lr_factor
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
@@ -86,7 +86,7 @@ def test_under_cpu_bf16_autocast_only_the_output_layer_runs_in_bf16() -> None:
 
 
 def reverse_batch(n: int = 6, vocab: int = 14) -> dict[str, torch.Tensor]:
-    """n random sentences and their reversals, in the batch format of seq2seq.data."""
+    """n random sentences and their reversals, in the batch format of seq2seq.data.datamodule."""
     gen = torch.Generator().manual_seed(0)
     lens = torch.randint(3, 7, (n,), generator=gen)  # words per sentence
     S = int(lens.max()) + 1
@@ -140,8 +140,8 @@ def test_inverse_sqrt_schedule_peaks_at_warmup_and_falls_as_one_over_sqrt() -> N
 def test_validation_attention_statistics_are_means_per_target_row_whatever_the_batching(
     tiny_tokenizer, key
 ) -> None:
-    from seq2seq.attention_stats import means
-    from seq2seq.system import TranslationSystem
+    from seq2seq.alignment.stats import means
+    from seq2seq.training.system import TranslationSystem
 
     torch.manual_seed(0)
     model = RNNSeq2Seq(vocab_size=tiny_tokenizer.vocab_size, emb_size=8, hidden_size=16,

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq import tokenizer as tok
+from seq2seq.data import tokenizer as tok
+from seq2seq.data.tokenizer import BOS, EOS, PAD, UNK, Tokenizer, load_or_train_tokenizer
 from seq2seq.errors import UserError
-from seq2seq.tokenizer import BOS, EOS, PAD, UNK, Tokenizer, load_or_train_tokenizer
 
 
 def _val_sentences(corpus: Path) -> list[str]:

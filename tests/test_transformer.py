@@ -2,11 +2,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seq2seq.attention import lengths_to_mask
-from seq2seq.config import TrainConfig
-from seq2seq.interface import reorder_state
-from seq2seq.models import build_model, model_args_from
-from seq2seq.transformer import TransformerSeq2Seq
+from seq2seq.models.attention import lengths_to_mask
+from seq2seq.models.build import build_model, model_args_from
+from seq2seq.models.interface import reorder_state
+from seq2seq.models.transformer import TransformerSeq2Seq
+from seq2seq.training.config import TrainConfig
 
 V, H, N = 30, 16, 4
 LN = [pytest.param(False, id="pre-ln"), pytest.param(True, id="post-ln")]

@@ -11,17 +11,18 @@ import pytest
 import torch
 from torch import Tensor
 
-import seq2seq.plotting
-from seq2seq.alignment import alignment_error_rate, format_pharaoh, read_pharaoh, word_spans_in_text
-from seq2seq.batching import collate
-from seq2seq.callbacks import AlignmentErrorRate
-from seq2seq.config import TrainConfig
-from seq2seq.data import TranslationDataModule
-from seq2seq.models import build_model, model_args_from
-from seq2seq.search import SearchConfig
-from seq2seq.system import TranslationSystem
-from seq2seq.tokenizer import Tokenizer
-from seq2seq.translator import Translator, TruncatedInput, word_alignment
+import seq2seq.alignment.plotting
+from seq2seq.alignment.words import alignment_error_rate, format_pharaoh, read_pharaoh
+from seq2seq.data.batching import collate
+from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.data.words import word_spans_in_text
+from seq2seq.decoding.search import SearchConfig
+from seq2seq.decoding.translator import Translator, TruncatedInput, word_alignment
+from seq2seq.models.build import build_model, model_args_from
+from seq2seq.training.callbacks import AlignmentErrorRate
+from seq2seq.training.config import TrainConfig
+from seq2seq.training.system import TranslationSystem
 from tests.conftest import LEXICON, load_script, write_corpus
 
 translate = load_script("translate")
@@ -143,9 +144,11 @@ def test_translate_writes_nbest_and_alignments(checkpoint: Path, tmp_path: Path,
 def test_translate_keeps_lines_cuts_long_ones_and_plots_the_apis_attention(
     checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    drawn, draw = [], seq2seq.plotting.alignment_figure
+    drawn, draw = [], seq2seq.alignment.plotting.alignment_figure
     monkeypatch.setattr(
-        seq2seq.plotting, "alignment_figure", lambda w, *a, **k: drawn.append(w) or draw(w, *a, **k)
+        seq2seq.alignment.plotting,
+        "alignment_figure",
+        lambda w, *a, **k: drawn.append(w) or draw(w, *a, **k),
     )
     long = " ".join(list(LEXICON)[:30])
     lines = ["Ein hund läuft", "", long, "Ein \ufffd kind", "  ", "Der mann sieht ein kind"]

@@ -11,14 +11,14 @@ word of each sentence), the rest unchanged. The output of docs/alignments.md was
         ../shared/data/multi30k/test_2016_flickr.de.gz ../shared/data/multi30k/test_2016_flickr.en.gz
 """
 
-import argparse
-
 import torch
 
 from seq2seq import Translator
-from seq2seq.alignment import alignment_error_rate, hard_links, read_pharaoh, word_spans_in_text
-from seq2seq.batching import collate
-from seq2seq.corpus_files import read_lines
+from seq2seq.alignment.words import alignment_error_rate, hard_links, read_pharaoh
+from seq2seq.cli import Parser
+from seq2seq.data.batching import collate
+from seq2seq.data.corpus_files import read_lines
+from seq2seq.data.words import word_spans_in_text
 
 
 @torch.no_grad()
@@ -33,7 +33,7 @@ def predicted_pieces(translator: Translator, source: str, tgt_ids: list[int]) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("ckpt")
     parser.add_argument("gold", help="Pharaoh links, one line per pair (sure links are used)")
     parser.add_argument("src_file")

@@ -10,11 +10,11 @@ is the end of epoch k. The curves in docs/study.md were printed and drawn by
         --at 1 2 5 10 20 --png docs/figures/score-curves.png
 """
 
-import argparse
 import sys
 from pathlib import Path
 
-from seq2seq.study_eval import sittings_scalars
+from seq2seq.cli import Parser
+from seq2seq.study.events import sittings_scalars
 
 TAGS = (("val/score_std", "score sd"), ("val/max_weight", "max weight"))
 TABLE_TAGS = (*TAGS, ("val/attn_entropy", "entropy"))
@@ -70,7 +70,7 @@ def plot(runs: dict[str, dict[str, list[tuple[int, float]]]], path: Path) -> Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "runs", nargs="+", type=Path, help="train.py run folders (holding version_0/)"
     )

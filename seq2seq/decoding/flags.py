@@ -1,0 +1,50 @@
+"""The flags evaluate.py and translate.py share: search (one flag per SearchConfig field), batching
+and the device; the same helpers as the training flags (seq2seq.training.config)."""
+
+import argparse
+import dataclasses
+
+import torch
+
+from seq2seq.cli import DefaultsFormatter, Parser, add_flags, as_flag, cli_message
+from seq2seq.decoding.search import SearchConfig
+from seq2seq.errors import UserError
+
+
+def decoding_parser(description: str) -> argparse.ArgumentParser:
+    """The flags evaluate.py and translate.py share: search (SearchConfig), batching and device."""
+    parser = Parser(description=description, formatter_class=DefaultsFormatter)
+    add_flags(parser, SearchConfig)
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--batch-tokens", type=int, default=4096, help="source tokens per batch")
+    size.add_argument("--batch-size", type=int, help="sentences per batch (instead of tokens)")
+    parser.add_argument(
+        "--device", default="auto", help="cpu, cuda, cuda:1, ... (auto: cuda if available)"
+    )
+    return parser
+
+
+def search_config(args: argparse.Namespace) -> SearchConfig:
+    """The SearchConfig of parsed decoding flags; a bad value is a UserError naming its flag."""
+    for name in ("batch_tokens", "batch_size"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise UserError(f"{as_flag(name)} must be positive, got {value}")
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(SearchConfig)}
+    try:
+        return SearchConfig(**values)
+    except UserError as err:  # "`beam` must be ..." -> "--beam must be ..."
+        raise UserError(cli_message(err)) from None
+
+
+def pick_device(name: str) -> torch.device:
+    """The device for `--device NAME` (auto: CUDA when there is one); a bad name is a UserError."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"--device {name}: not a device (try cpu or cuda)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"--device {name}: no CUDA device here")
+    return device

@@ -1,0 +1,88 @@
+"""Decoding over the model interface of seq2seq.models.interface: encode once, then `step` until EOS.
+
+`translate_batch` is the one entry point that validation, evaluation and translation share: greedy
+search (here) for beam 1, else beam search (seq2seq.decoding.beam). What a search is asked for and what it
+returns, `SearchConfig` and `Hypotheses`, are in seq2seq.decoding.search_config; all of these names can be
+imported from here.
+
+Dimension letters (the table in seq2seq.models.interface): B batch, S source length, V vocabulary,
+N heads (multi-head models), L output steps.
+"""
+
+import torch
+from torch import Tensor
+
+from seq2seq.data.tokenizer import BOS, EOS, PAD
+from seq2seq.decoding.beam import beam_search, gnmt_penalty
+from seq2seq.decoding.search_config import NEVER, Hypotheses, SearchConfig, output_limits
+from seq2seq.models.interface import Seq2Seq
+
+__all__ = [
+    "Hypotheses",
+    "SearchConfig",
+    "beam_search",
+    "gnmt_penalty",
+    "greedy_search",
+    "output_limits",
+    "translate_batch",
+]
+
+
+@torch.no_grad()
+def greedy_search(
+    model: Seq2Seq,
+    src: Tensor,
+    src_lens: Tensor,
+    src_mask: Tensor,
+    search: SearchConfig = SearchConfig(),
+) -> Hypotheses:
+    """Pick the most likely token at each step until every sentence has ended (EOS or its limit).
+
+    Args:
+        src: (B, S) source ids; src_lens: (B,); src_mask: (B, S) bool.
+        search: only its length limit applies (`SearchConfig.limits`).
+    """
+    B = src.size(0)
+    state = model.encode(src, src_lens, src_mask)
+    limits = output_limits(model, search, src_lens)  # (B,)
+    prev = torch.full((B,), BOS, dtype=torch.long, device=src.device)  # (B,)
+    finished = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B,)
+    scores = torch.zeros(B, device=src.device)  # (B,)
+    tokens, weights = [], []
+    for t in range(int(limits.max())):
+        logits, alpha, state = model.step(state, prev)  # (B, V), (B, [N,] S)
+        log_probs = logits.float().log_softmax(-1)  # (B, V)
+        log_probs[:, NEVER] = -torch.inf
+        prev = log_probs.argmax(-1)  # (B,)
+        prev = prev.masked_fill(limits <= t + 1, EOS)  # a sentence at its limit ends here
+        prev = prev.masked_fill(finished, PAD)
+        step_scores = log_probs.gather(1, prev.unsqueeze(1)).squeeze(1)  # (B,)
+        scores += step_scores.masked_fill(finished, 0.0)
+        tokens.append(prev)
+        weights.append(alpha)
+        finished |= prev == EOS
+        if t % 4 == 3 and bool(finished.all()):  # a host sync, so only every few steps
+            break
+    out = torch.stack(tokens, 1).tolist()  # (B, L)
+    alphas = torch.stack(weights, 1).float().cpu()  # (B, L, [N,] S)
+    lens = src_lens.tolist()
+    hyps, maps = [], []
+    for b, row in enumerate(out):
+        length = row.index(EOS) if EOS in row else len(row)
+        hyps.append(row[:length])
+        maps.append(alphas[b, : length + 1, ..., : lens[b]])
+    return Hypotheses(hyps, scores, maps)
+
+
+def translate_batch(
+    model: Seq2Seq, batch: dict[str, Tensor], search: SearchConfig = SearchConfig()
+) -> Hypotheses:
+    """Greedy (beam 1) or beam search over a batch with `src`, `src_lens`, `src_mask` on any device.
+
+    The one entry point that validation, evaluation and translation share.
+    """
+    device = next(model.parameters()).device
+    src, src_lens, src_mask = (batch[k].to(device) for k in ("src", "src_lens", "src_mask"))
+    if search.beam == 1:
+        return greedy_search(model, src, src_lens, src_mask, search)
+    return beam_search(model, src, src_lens, src_mask, search)

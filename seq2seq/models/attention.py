@@ -1,0 +1,177 @@
+"""Attention: scoring functions, the masked softmax, and reading a context vector.
+
+For a query q, keys k_1..k_S and values v_1..v_S (in the RNN, q = s_{t-1} and k_j = v_j = h_j):
+
+    scores   e_j = a(q, k_j)
+    weights  alpha = softmax(e) over the unmasked positions only
+    context  c = sum_j alpha_j v_j
+
+| scorer     | a(q, k)                      | parameters      |
+|------------|------------------------------|-----------------|
+| `additive` | w_v^T tanh(W_q q + W_k k)    | W_q, W_k, w_v   |
+| `dot`      | q^T k                        | none            |
+| `scaled`   | q^T k / sqrt(d_k)            | none            |
+
+Every scorer splits its work in two: `project_keys(keys)` runs once per batch (W_k k_j does not depend on
+the decoder step), and `forward(query, proj_keys)` runs once per step. The projected keys are a value the
+caller keeps and passes back in, so nothing is hidden on the module and beam search can tile them.
+
+Masks are boolean with True = attend. Dimension letters (the table in seq2seq.models.interface): B batch,
+S source length, H query and key size (additive attention allows the two to differ), A attention size.
+
+The Transformer's multi-head attention, built on `masked_softmax`, is in seq2seq.models.multihead.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+SCORERS = ("additive", "dot", "scaled")
+
+
+def lengths_to_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
+    """Boolean mask (B, max_len), True on the first `lengths[b]` positions of each row."""
+    max_len = int(lengths.max()) if max_len is None else max_len
+    positions = torch.arange(max_len, device=lengths.device)  # (S,)
+    return positions.unsqueeze(0) < lengths.unsqueeze(1)  # (B, S)
+
+
+def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
+    """Softmax over the last axis restricted to positions where `mask` is True.
+
+    Padding gets exactly zero weight. A row with no True entry comes back as all zeros, with finite
+    values and gradients, in fp32, fp16 and bf16 alike.
+    """
+    # The dtype's lowest finite value instead of -inf: an all-masked row then softmaxes to a finite
+    # uniform row (not NaN), which the multiplication by the mask turns into zeros.
+    lowest = torch.finfo(scores.dtype).min
+    weights = scores.masked_fill(~mask, lowest).softmax(dim=-1)
+    return weights * mask  # (..., S)
+
+
+def attend(scores: Tensor, mask: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+    """Turn scores into weights and read the context from `values`.
+
+    Args:
+        scores: (B, S) one query's scores against every key.
+        mask: (B, S) bool, True = real token.
+        values: (B, S, H).
+
+    Returns:
+        context (B, H) and weights (B, S); each row of weights sums to 1 over real tokens.
+    """
+    weights = masked_softmax(scores, mask)  # (B, S)
+    context = torch.bmm(weights.unsqueeze(1), values).squeeze(1)  # (B, H)
+    return context, weights
+
+
+class AdditiveScorer(nn.Module):
+    """Bahdanau's score w_v^T tanh(W_q q + W_k k); keys are projected once per batch by `project_keys`."""
+
+    def __init__(self, query_size: int, key_size: int, attn_size: int) -> None:
+        super().__init__()
+        self.query_proj = nn.Linear(query_size, attn_size, bias=False)  # W_q
+        self.key_proj = nn.Linear(key_size, attn_size, bias=False)  # W_k
+        self.energy = nn.Linear(attn_size, 1, bias=False)  # w_v
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        """Args: keys (B, S, H). Returns W_k k, (B, S, A)."""
+        return self.key_proj(keys)  # (B, S, A)
+
+    # Sources longer than this are scored by AdditiveEnergy, which recomputes tanh(W_q q + W_k k) in
+    # backward instead of keeping it. A token-budget batch keeps about budget x S x A floats of it over
+    # all decoder steps: 100 MB at S = 24 for 2,048 tokens and A = 512, 400 MB at S = 100. Shorter
+    # batches, most of them, keep it: recomputing costs an add and a tanh per step.
+    RECOMPUTE_ABOVE = 24
+
+    def forward(self, query: Tensor, proj_keys: Tensor) -> Tensor:
+        """Args: query (B, H); proj_keys (B, S, A) from `project_keys`. Returns scores (B, S)."""
+        proj_query = self.query_proj(query)  # (B, A)
+        long = proj_keys.size(1) > self.RECOMPUTE_ABOVE and torch.is_grad_enabled()
+        if (
+            long and not torch.compiler.is_compiling()
+        ):  # compiled: seq2seq.models.fast recomputes itself
+            return AdditiveEnergy.apply(proj_query, proj_keys, self.energy.weight)  # (B, S)
+        energy = torch.tanh(proj_query.unsqueeze(1) + proj_keys)  # (B, S, A)
+        return self.energy(energy).squeeze(-1)  # (B, S)
+
+
+class AdditiveEnergy(torch.autograd.Function):
+    """w_v^T tanh(q + k_j) for every j, keeping nothing of size B x S x A for backward.
+
+    Autograd would keep tanh(...) (B, S, A) for every decoder step until backward: on long batches the
+    largest part of training memory. Backward recomputes it from q and the projected keys instead, which
+    are kept anyway.
+    """
+
+    @staticmethod
+    def forward(ctx, proj_query: Tensor, proj_keys: Tensor, weight: Tensor) -> Tensor:
+        # proj_query (B, A), proj_keys (B, S, A), weight (1, A) -> scores (B, S)
+        ctx.save_for_backward(proj_query, proj_keys, weight)
+        energy = torch.tanh(proj_query.unsqueeze(1) + proj_keys)  # (B, S, A)
+        return F.linear(energy, weight).squeeze(-1)  # (B, S)
+
+    @staticmethod
+    def backward(ctx, grad_scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        proj_query, proj_keys, weight = ctx.saved_tensors
+        energy = torch.tanh(proj_query.unsqueeze(1) + proj_keys)  # (B, S, A), recomputed
+        grad = grad_scores.to(energy.dtype)  # (B, S)
+        grad_weight = grad.reshape(1, -1) @ energy.reshape(-1, energy.size(-1))  # (1, A)
+        grad_energy = grad.unsqueeze(-1) * weight.to(energy.dtype)  # (B, S, A)
+        grad_pre = torch.ops.aten.tanh_backward(grad_energy, energy)  # (B, S, A): * (1 - tanh^2)
+        return (
+            grad_pre.sum(1).to(proj_query.dtype),  # (B, A)
+            grad_pre.to(proj_keys.dtype),  # (B, S, A)
+            grad_weight.to(weight.dtype),  # (1, A)
+        )
+
+
+class DotScorer(nn.Module):
+    """Luong's dot score q^T k. No parameters; query and key sizes must be equal."""
+
+    def __init__(self, query_size: int, key_size: int) -> None:
+        super().__init__()
+        if query_size != key_size:
+            raise ValueError(
+                f"{type(self).__name__} needs query size == key size, got {query_size} and {key_size}"
+            )
+        self.key_size = key_size
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        """Identity: the dot product reads the keys as they are. (B, S, H) -> (B, S, H)."""
+        return keys
+
+    def forward(self, query: Tensor, proj_keys: Tensor) -> Tensor:
+        """Args: query (B, H); proj_keys (B, S, H). Returns scores (B, S)."""
+        return torch.bmm(proj_keys, query.unsqueeze(-1)).squeeze(-1)  # (B, S)
+
+
+class ScaledDotScorer(DotScorer):
+    """Vaswani's scaled dot score q^T k / sqrt(d_k).
+
+    Dividing by sqrt(d_k) keeps the scores' variance near 1 when q and k have unit-variance entries, so the
+    softmax does not saturate as the size grows.
+    """
+
+    def __init__(self, query_size: int, key_size: int) -> None:
+        super().__init__(query_size, key_size)
+        self.scale = 1.0 / math.sqrt(key_size)
+
+    def forward(self, query: Tensor, proj_keys: Tensor) -> Tensor:
+        """Args: query (B, H); proj_keys (B, S, H). Returns scores (B, S)."""
+        return super().forward(query * self.scale, proj_keys)  # (B, S); scaling q costs Q, not S
+
+
+def make_scorer(
+    name: str, query_size: int, key_size: int, attn_size: int | None = None
+) -> nn.Module:
+    """The scorer called `name` (one of SCORERS). `attn_size` (additive only) defaults to `key_size`."""
+    if name == "additive":
+        return AdditiveScorer(query_size, key_size, attn_size or key_size)
+    if name == "dot":
+        return DotScorer(query_size, key_size)
+    if name == "scaled":
+        return ScaledDotScorer(query_size, key_size)
+    raise ValueError(f"unknown scorer {name!r}; choose one of {', '.join(SCORERS)}")

@@ -1,0 +1,185 @@
+"""What the server's JSON API accepts: the limits, and request bodies checked field by field.
+
+Every mistake in a request is one `RequestError` with its HTTP status and a one-line message that
+names the field, so a program (or a person with curl) can fix it without reading the server's log:
+400 for a body that is not UTF-8 JSON, 413 for one over the limits, 422 for a field of the wrong
+type or value. A sentence longer than `max_chars` is not refused but cut, with a warning in the
+answer, as `Translator` cuts a source longer than a Transformer reads.
+"""
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from seq2seq.decoding.search_config import SearchConfig
+from seq2seq.errors import UserError
+
+
+def _limit(default: int, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one server takes on (scripts/serve.py has a flag per field). A bad value is a
+    UserError naming the setting."""
+
+    max_batch: int = _limit(32, "sentences in one request, and in one batch of the model")
+    max_queue: int = _limit(256, "sentences waiting per model; a request past it gets 503 busy")
+    max_chars: int = _limit(1000, "characters read of a sentence or reference; the rest is cut")
+    max_beam: int = _limit(16, "the largest beam (and n-best) a request may ask for")
+
+    def __post_init__(self) -> None:
+        for name in ("max_batch", "max_chars", "max_beam"):
+            if getattr(self, name) < 1:
+                raise UserError(f"`{name}` must be at least 1, got {getattr(self, name)}")
+        if self.max_queue < self.max_batch:
+            raise UserError(
+                f"`max_queue` must be at least `max_batch` ({self.max_batch}), so that every "
+                f"request fits an empty queue; got {self.max_queue}"
+            )
+
+    @property
+    def max_body(self) -> int:
+        """Bytes of a request body: room for `max_batch` pairs of `max_chars`-character sentences
+        even as JSON's 12-byte escapes of a character outside the BMP, and 64 KiB for the rest."""
+        return 64 * 1024 + 2 * self.max_batch * 12 * self.max_chars
+
+
+class RequestError(Exception):
+    """A request the server will not run: `status` is the HTTP status of the answer."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class TranslateRequest:
+    """POST /api/translate: `sentences` (cut to `max_chars`), searched with `search` by `models`."""
+
+    sentences: list[str]
+    search: SearchConfig
+    alignments: bool
+    models: list[str]
+    warnings: list[str]  # one per sentence that was cut
+
+
+@dataclass(frozen=True)
+class AlignRequest:
+    """POST /api/align: each of `models` reads `references[i]` as its translation of `sentences[i]`."""
+
+    sentences: list[str]
+    references: list[str]
+    models: list[str]
+    warnings: list[str]
+
+
+def parse_json(body: bytes) -> dict[str, Any]:
+    """The JSON object in `body`: 400 for bytes that are not UTF-8 or not JSON, 422 for JSON that
+    is not an object."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        byte = body[err.start]
+        raise RequestError(
+            400, f"the body is not UTF-8 (byte {err.start} is {byte:#04x})"
+        ) from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise RequestError(
+            400, f"the body is not JSON ({err.msg} at character {err.pos})"
+        ) from None
+    if not isinstance(value, dict):
+        raise RequestError(422, f"the body must be a JSON object, got {_kind(value)}")
+    return value
+
+
+def translate_request(body: dict[str, Any], limits: Limits, names: list[str]) -> TranslateRequest:
+    """Check a /api/translate body; `names` are the models this server has."""
+    _known_fields(body, {"sentences", "beam", "nbest", "alignments", "models"})
+    sentences, notes = _sentences(body, "sentences", limits)
+    beam = _integer(body, "beam", 5, limits.max_beam)
+    nbest = _integer(body, "nbest", 1, limits.max_beam)
+    if nbest > beam:
+        raise RequestError(422, f"nbest ({nbest}) must not exceed beam ({beam})")
+    alignments = body.get("alignments", True)
+    if not isinstance(alignments, bool):
+        raise RequestError(422, f"alignments must be true or false, got {_kind(alignments)}")
+    search = SearchConfig(beam=beam, nbest=nbest)
+    return TranslateRequest(sentences, search, alignments, _models(body, names), notes)
+
+
+def align_request(body: dict[str, Any], limits: Limits, names: list[str]) -> AlignRequest:
+    """Check a /api/align body; `names` are the models this server has."""
+    _known_fields(body, {"sentences", "references", "models"})
+    sentences, notes = _sentences(body, "sentences", limits)
+    references, ref_notes = _sentences(body, "references", limits)
+    if len(references) != len(sentences):
+        raise RequestError(
+            422, f"{len(sentences)} sentences but {len(references)} references: give one each"
+        )
+    return AlignRequest(sentences, references, _models(body, names), notes + ref_notes)
+
+
+def _known_fields(body: dict[str, Any], known: set[str]) -> None:
+    """A misspelt field would otherwise be ignored without a word: 422."""
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise RequestError(
+            422, f"unknown field {unknown[0]!r} (this request takes {', '.join(sorted(known))})"
+        )
+
+
+def _sentences(body: dict[str, Any], name: str, limits: Limits) -> tuple[list[str], list[str]]:
+    """`body[name]`: 1 to `max_batch` non-blank strings, each cut to `max_chars` characters; and a
+    warning per cut one."""
+    if name not in body:
+        raise RequestError(422, f"{name} is missing: give a list of sentences")
+    value = body[name]
+    if not isinstance(value, list):
+        raise RequestError(422, f"{name} must be a list of strings, got {_kind(value)}")
+    for i, text in enumerate(value):
+        if not isinstance(text, str):
+            raise RequestError(422, f"{name}[{i}] must be a string, got {_kind(text)}")
+    if not value:
+        raise RequestError(422, f"{name} is empty: give at least one sentence")
+    if len(value) > limits.max_batch:
+        raise RequestError(
+            413, f"{len(value)} {name} in one request; this server takes at most {limits.max_batch}"
+        )
+    warnings = []
+    for i, text in enumerate(value):
+        if not text.strip():
+            raise RequestError(422, f"{name}[{i}] is blank: there is nothing to translate")
+        if len(text) > limits.max_chars:
+            warnings.append(
+                f"{name}[{i}]: {len(text)} characters and the server reads {limits.max_chars}: cut"
+            )
+    return [text[: limits.max_chars] for text in value], warnings
+
+
+def _integer(body: dict[str, Any], name: str, default: int, most: int) -> int:
+    value = body.get(name, default)
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
+        raise RequestError(422, f"{name} must be a whole number from 1 to {most}, got {value!r}")
+    return value
+
+
+def _models(body: dict[str, Any], names: list[str]) -> list[str]:
+    """The models a request names (default: all), in the server's order; 422 for an unknown one."""
+    asked = body.get("models", names)
+    if not isinstance(asked, list) or not asked or not all(isinstance(x, str) for x in asked):
+        raise RequestError(422, f"models must be a non-empty list of names, got {_kind(asked)}")
+    for name in asked:
+        if name not in names:
+            raise RequestError(422, f"unknown model {name!r} (this server has {', '.join(names)})")
+    return [name for name in names if name in asked]
+
+
+def _kind(value: Any) -> str:
+    """How JSON would name the type of `value`, for messages."""
+    kinds = {dict: "an object", list: "a list", str: "a string", bool: "true/false"}
+    kinds |= {int: "a number", float: "a number", type(None): "null"}
+    return kinds.get(type(value), type(value).__name__)

@@ -1,0 +1,62 @@
+"""Taking over signals for a while: the one helper behind every stop handler and every parent that
+passes a scheduler's stop on to its children (train.py, PoliteStop, the study's runs and scoring).
+"""
+
+import contextlib
+import signal
+import subprocess
+from collections.abc import Callable, Collection, Iterable, Iterator
+from types import FrameType
+
+Handler = Callable[[int, FrameType | None], object]
+STOPS = (signal.SIGTERM, signal.SIGUSR1)  # what a scheduler sends before it kills
+
+
+@contextlib.contextmanager
+def restoring(signals: Iterable[int]) -> Iterator[dict]:
+    """The handlers of `signals` as they are now come back after the block, however it ends and
+    whatever it installed meanwhile. Yields them, by signal."""
+    previous = {signum: signal.getsignal(signum) for signum in signals}
+    try:
+        yield previous
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+@contextlib.contextmanager
+def handling(signals: Iterable[int], handler: Handler | int) -> Iterator[dict]:
+    """Install `handler` for `signals` inside the block; the previous handlers come back after it.
+    Yields those previous handlers, by signal."""
+    signals = list(signals)
+    with restoring(signals) as previous:
+        for signum in signals:
+            signal.signal(signum, handler)
+        yield previous
+
+
+@contextlib.contextmanager
+def forwarding(
+    children: Collection[subprocess.Popen],
+    signals: Iterable[int] = STOPS,
+    then: Callable[[int], None] | None = None,
+) -> Iterator[None]:
+    """Pass `signals` on to every child in `children` (a live collection: children started inside
+    the block are included) while the block runs, so each stops in its own way; `then(signum)` is
+    called after, for the caller to note the stop."""
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        for child in list(children):
+            if child.poll() is None:
+                child.send_signal(signum)
+        if then is not None:
+            then(signum)
+
+    with handling(signals, forward):
+        yield
+
+
+def wait_forwarding(process: subprocess.Popen, signals: Iterable[int] = STOPS) -> int:
+    """Wait for `process`, passing `signals` on to it; returns its exit status."""
+    with forwarding([process], signals):
+        return process.wait()

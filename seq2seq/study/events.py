@@ -1,0 +1,37 @@
+"""A run's TensorBoard events read back: its scalars sitting by sitting, and the wall time and speed
+a study reports (docs/analysis/score_curves.py reads the attention statistics through it too)."""
+
+from pathlib import Path
+from typing import Any
+
+
+def sittings_scalars(version_dir: Path) -> list[dict[str, list[tuple[int, float, float]]]]:
+    """The scalars of a run's TensorBoard events, one dict per events file (each sitting writes
+    one, in time order): tag -> [(step, wall time, value), ...]."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    sittings = []
+    for events_file in sorted(version_dir.glob("events.out.tfevents.*")):
+        events = EventAccumulator(str(events_file), size_guidance={"scalars": 0})  # 0: keep all
+        events.Reload()
+        sittings.append(
+            {
+                tag: [(e.step, e.wall_time, e.value) for e in events.Scalars(tag)]
+                for tag in events.Tags()["scalars"]
+            }
+        )
+    return sittings
+
+
+def training_figures(version_dir: Path) -> dict[str, Any]:
+    """Wall time (every sitting's first to last event, summed) and the mean of train/tokens_per_sec."""
+    seconds, speeds = 0.0, []
+    for scalars in sittings_scalars(version_dir):
+        times = [wall for points in scalars.values() for _, wall, _ in points]
+        if times:
+            seconds += max(times) - min(times)
+        speeds += [value for _, _, value in scalars.get("train/tokens_per_sec", [])]
+    return {
+        "train_hours": seconds / 3600,
+        "tokens_per_sec": sum(speeds) / len(speeds) if speeds else None,
+    }

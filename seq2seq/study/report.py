@@ -1,0 +1,271 @@
+"""A study's report, built from its folder alone (study.json, runs/*/result.json and hypotheses).
+
+For each variant: mean, sample standard deviation and 95% confidence interval over seeds (Student's t)
+of every figure. For each pair of variants, paired significance of BLEU from sacrebleu's own tests
+(`sacrebleu.significance.PairedTest`: paired bootstrap resampling, 1,000 resamples, and approximate
+randomization, 10,000 trials, as `sacrebleu --paired-bs` / `--paired-ar` run them, with sacrebleu's
+seed): seed k of one variant against seed k of the other, and once over all seeds together, each
+variant's outputs concatenated seed by seed and paired sentence by sentence (Clark et al. 2011 report
+mean and deviation over runs and a test over runs and sentences together). The first variant of the
+spec is the baseline of each test's line; the tests are two-sided.
+
+Writes `report.md`, `report.json` and `report.png` (every seed a point beside the mean and interval;
+BLEU, and AER when the study has a silver standard) into the study folder.
+"""
+
+import itertools
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from seq2seq.atomic import atomic_write, atomic_write_text
+from seq2seq.errors import UserError
+from seq2seq.study.layout import Study
+from seq2seq.study.spec import Run, StudySpec
+
+# Figures reported per variant: (key in result.json, column title, digits).
+FIGURES = (
+    ("bleu", "BLEU", 2),
+    ("chrf", "chrF", 2),
+    ("aer", "AER", 4),
+    ("attn_entropy", "entropy (nats)", 3),
+    ("max_weight", "max weight", 3),
+    ("score_std", "score sd", 3),
+    ("train_hours", "hours", 2),
+    ("tokens_per_sec", "tokens/s", 0),
+)
+TESTS = {"bs": 1000, "ar": 10000}  # sacrebleu's CLI defaults: resamples, trials
+ALPHA = 0.05  # p-values below it are set in bold
+# Student's t at 0.975 for 1..30 degrees of freedom (two-sided 95%); beyond 30 the Cornish-Fisher
+# expansion below agrees with the exact quantile to 1e-4.
+T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281, 2.2010,
+        2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860, 2.0796, 2.0739,
+        2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423)  # fmt: skip
+
+
+def t975(df: int) -> float:
+    """The 0.975 quantile of Student's t with `df` degrees of freedom."""
+    if df <= len(T975):
+        return T975[df - 1]
+    z = statistics.NormalDist().inv_cdf(0.975)
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def summarize(values: list[float]) -> dict[str, Any]:
+    """n, mean, sample sd and the 95% interval's half-width (None where n is too small)."""
+    n = len(values)
+    mean = statistics.fmean(values) if values else None
+    sd = statistics.stdev(values) if n >= 2 else None
+    half = t975(n - 1) * sd / math.sqrt(n) if sd is not None else None
+    return {"n": n, "mean": mean, "sd": sd, "ci95": half, "values": values}
+
+
+def load_results(study: Study, spec: StudySpec) -> dict[Run, dict[str, Any]]:
+    """Each finished run's result.json with its hypotheses (`hyps`, a list of lines)."""
+    results = {}
+    for run in spec.runs():
+        if study.state(run) != "done":
+            continue
+        result = json.loads(study.result_path(run).read_text("utf-8"))
+        hyp_file = study.result_dir(run) / result["hypotheses"]
+        result["hyps"] = hyp_file.read_text("utf-8").splitlines()
+        results[run] = result
+    return results
+
+
+def references(spec: StudySpec) -> list[str]:
+    """The references of the study's split, from the corpus its flags name."""
+    from seq2seq.data.corpus import read_pairs, resolve_corpus
+    from seq2seq.training.config import parse_args
+
+    first = next(iter(spec.variants.values()))
+    cfg = parse_args([*spec.flags, *first])
+    source = resolve_corpus(cfg.dataset, cfg.data_dir)
+    return read_pairs(source, source.find_split(spec.split), cfg.src, cfg.tgt).tgt
+
+
+def paired_p_values(baseline: list[str], system: list[str], refs: list[str]) -> dict[str, float]:
+    """Two-sided p-values of the BLEU difference from sacrebleu's paired tests (its seed, its
+    default sample counts)."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    p_values = {}
+    for test, samples in TESTS.items():
+        metric = BLEU(references=[refs])  # references cached in the metric, as the CLI does
+        paired = PairedTest(
+            [("baseline", baseline), ("system", system)], {"BLEU": metric}, references=None,
+            test_type=test, n_samples=samples,
+        )  # fmt: skip
+        _, scores = paired()
+        p_values[test] = float(scores["BLEU"][1].p_value)
+    return p_values
+
+
+def significance(
+    spec: StudySpec, results: dict[Run, dict[str, Any]], refs: list[str]
+) -> list[dict[str, Any]]:
+    """For each pair of variants: seed k against seed k, and all common seeds concatenated."""
+    from sacrebleu.metrics import BLEU
+
+    rows = []
+    for a, b in itertools.combinations(spec.variants, 2):
+        seeds = [s for s in spec.seeds if Run(a, s) in results and Run(b, s) in results]
+        groups = [([s], str(s)) for s in seeds]
+        if len(seeds) >= 2:
+            groups.append((seeds, "all"))
+        for group, label in groups:
+            hyps_a = [line for s in group for line in results[Run(a, s)]["hyps"]]
+            hyps_b = [line for s in group for line in results[Run(b, s)]["hyps"]]
+            refs_all = refs * len(group)
+            for hyps in (hyps_a, hyps_b):
+                if len(hyps) != len(refs_all):
+                    raise UserError(f"{a}/{b} seeds {label}: {len(hyps)} hypotheses for "
+                                    f"{len(refs_all)} references")  # fmt: skip
+            bleu = BLEU()
+            score_a = bleu.corpus_score(hyps_a, [refs_all]).score
+            score_b = bleu.corpus_score(hyps_b, [refs_all]).score
+            p = paired_p_values(hyps_a, hyps_b, refs_all)
+            rows.append({"baseline": a, "system": b, "seeds": label, "bleu_baseline": score_a,
+                         "bleu_system": score_b, "delta": score_b - score_a,
+                         "p_bs": p["bs"], "p_ar": p["ar"]})  # fmt: skip
+    return rows
+
+
+def build_report(study: Study) -> list[Path]:
+    """Write report.json, report.md and report.png; returns their paths."""
+    spec = study.load_spec()
+    results = load_results(study, spec)
+    if not results:
+        raise UserError(f"{study.folder}: no finished run to report yet (study.py status)")
+    refs = references(spec)
+    variants = {}
+    for variant in spec.variants:
+        runs = [results[Run(variant, s)] for s in spec.seeds if Run(variant, s) in results]
+        variants[variant] = {
+            key: summarize([r[key] for r in runs if r.get(key) is not None])
+            for key, _, _ in FIGURES
+        }
+        variants[variant]["seeds"] = [r["seed"] for r in runs]
+    report = {
+        "spec": json.loads(spec.to_json()),
+        "variants": variants,
+        "significance": significance(spec, results, refs),
+        "runs": [{k: v for k, v in r.items() if k != "hyps"} for r in results.values()],
+    }
+    paths = [study.folder / "report.json", study.folder / "report.md", study.folder / "report.png"]
+    atomic_write_text(paths[0], json.dumps(report, indent=2) + "\n")
+    atomic_write_text(paths[1], markdown(study, spec, report))
+    plot(report, paths[2])
+    return paths
+
+
+def _p(value: float) -> str:
+    return f"**{value:.4f}**" if value < ALPHA else f"{value:.4f}"
+
+
+def _cell(summary: dict[str, Any], digits: int) -> str:
+    if not summary["n"]:
+        return "-"
+    text = f"{summary['mean']:.{digits}f}"
+    if summary["sd"] is not None:
+        text += f" ± {summary['sd']:.{digits}f} [±{summary['ci95']:.{digits}f}]"
+    return text
+
+
+def markdown(study: Study, spec: StudySpec, report: dict[str, Any]) -> str:
+    """The report as Markdown: per-variant means, per-run rows, paired tests."""
+    shown = [
+        (k, t, d) for k, t, d in FIGURES if any(v[k]["n"] for v in report["variants"].values())
+    ]
+    lines = [
+        f"# Study `{study.folder}`",
+        "",
+        f"Variants x seeds {' '.join(map(str, spec.seeds))}, scored on `{spec.split}` with beam "
+        f"{spec.beam}. Rebuild with `python scripts/study.py report {study.folder}`.",
+        "",
+        "## Per variant: mean ± sd [95% interval half-width] over seeds",
+        "",
+        "| variant | seeds | " + " | ".join(title for _, title, _ in shown) + " |",
+        "|---|---|" + "---|" * len(shown),
+    ]
+    for name, figures in report["variants"].items():
+        cells = [_cell(figures[key], digits) for key, _, digits in shown]
+        seeds = " ".join(map(str, figures["seeds"]))
+        lines.append(f"| {name} | {seeds} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## Paired significance of BLEU (sacrebleu: bootstrap 1,000, approximate randomization "
+        "10,000; two-sided)",
+        "",
+        "| baseline | system | seeds | BLEU baseline | BLEU system | delta | p (bootstrap) | p (AR) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in report["significance"]:
+        lines.append(
+            f"| {row['baseline']} | {row['system']} | {row['seeds']} | {row['bleu_baseline']:.2f} | "
+            f"{row['bleu_system']:.2f} | {row['delta']:+.2f} | {_p(row['p_bs'])} | "
+            f"{_p(row['p_ar'])} |"
+        )
+    note = f"Bold: p < {ALPHA}."
+    if any(row["seeds"] == "all" for row in report["significance"]):
+        note = (
+            "`all`: each variant's hypotheses of every seed concatenated in seed order, paired "
+            f"sentence by sentence and seed by seed. {note}"
+        )
+    lines += [
+        "",
+        note,
+        "",
+        "## Runs",
+        "",
+        "| run | BLEU | chrF | AER | checkpoint | updates | hours | trained at | CPU |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["runs"]:
+        # in the order of the run's sittings: the commit it started at first
+        commits = dict.fromkeys(s["commit"][:7] + ("+" if s["commit"].endswith("dirty") else "")
+                                for s in r["trained"] if s.get("commit"))  # fmt: skip
+        cpus = sorted({s["cpu"] for s in r["trained"] if s.get("cpu")})
+        aer = f"{r['aer']:.4f}" if r.get("aer") is not None else "-"
+        lines.append(
+            f"| {r['variant']}-seed{r['seed']} | {r['bleu']:.2f} | {r['chrf']:.2f} | {aer} | "
+            f"{r['checkpoint_rule']} | {r['updates']} | {r['train_hours']:.2f} | "
+            f"{', '.join(commits)} | {'; '.join(cpus)} |"
+        )
+    first = report["runs"][0]
+    lines += ["", f"Signatures: BLEU `{first['bleu_signature']}`, chrF `{first['chrf_signature']}`.",
+              "Flags of each run: `report.json` (`runs[].flags`).", ""]  # fmt: skip
+    return "\n".join(lines)
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """Every seed as a point beside its variant's mean and 95% interval; BLEU and AER panels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = [("bleu", "BLEU (beam, test)"), ("aer", "AER (lower is better)")]
+    keys = [(k, t) for k, t in keys if any(v[k]["n"] for v in report["variants"].values())]
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.6), squeeze=False)
+    names = list(report["variants"])
+    for ax, (key, title) in zip(axes[0], keys, strict=True):
+        for x, name in enumerate(names):
+            summary = report["variants"][name][key]
+            if not summary["n"]:
+                continue
+            ax.scatter([x - 0.12] * summary["n"], summary["values"], s=18, color="0.45", zorder=3)
+            error = summary["ci95"] if summary["ci95"] is not None else 0.0
+            ax.errorbar([x + 0.12], [summary["mean"]], yerr=[error], fmt="o", color="C0",
+                        capsize=4, zorder=3)  # fmt: skip
+        ax.set_xticks(range(len(names)), names)
+        ax.set_xlim(-0.6, len(names) - 0.4)
+        ax.set_title(title)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle("grey: one seed each; blue: mean and 95% interval", fontsize=9)
+    fig.tight_layout()
+    atomic_write(path, lambda file: fig.savefig(file, format="png", dpi=110))
+    plt.close(fig)

@@ -1,0 +1,137 @@
+"""Scoring one finished run of a study, as the README scores a single run.
+
+1. The checkpoint: the best single one (highest validation BLEU during training) or the average of the
+   kept best ones, whichever has the higher beam-`beam` BLEU on validation (README, Results).
+2. On the study's split: BLEU and chrF with their signatures (`scripts/evaluate.py`, so a study's
+   figure is what a user's `evaluate.py` prints), AER against the study's silver standard when it has
+   one, and the attention statistics of seq2seq.alignment.stats, teacher-forced on the references.
+3. From the run's own TensorBoard events: its wall time, updates and mean training tokens/s.
+
+The result goes to `<study>/runs/<run>/result.json` (written last, whole: its presence means done),
+beside the hypotheses it was scored on.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from seq2seq.atomic import atomic_write_text
+from seq2seq.errors import UserError
+from seq2seq.machine import REPO, provenance
+from seq2seq.study.events import training_figures
+from seq2seq.study.layout import Study
+from seq2seq.study.spec import Run, StudySpec
+
+EVALUATE = REPO / "scripts" / "evaluate.py"
+AVERAGE = REPO / "scripts" / "average_checkpoints.py"
+
+
+def best_checkpoints(checkpoint_dir: Path, last: dict[str, Any]) -> list[tuple[Path, float]]:
+    """The kept best checkpoints with their validation BLEU, best first (from last.ckpt's state of
+    the best-checkpoint callback, whose paths may point at another machine's folder)."""
+    for key, state in last.get("callbacks", {}).items():
+        if key.startswith("ModelCheckpoint") and "'val/bleu'" in key:
+            found = []
+            for path, score in state.get("best_k_models", {}).items():
+                local = checkpoint_dir / Path(path).name
+                if local.is_file():
+                    found.append((local, float(score)))
+            return sorted(found, key=lambda item: -item[1])
+    return []
+
+
+def evaluate(checkpoint: Path, split: str, beam: int, out: Path, *extra: str) -> dict[str, Any]:
+    """`scripts/evaluate.py` on `checkpoint`; its JSON result."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "result.json"
+        command = [sys.executable, str(EVALUATE), str(checkpoint), "--split", split,
+                   "--beam", str(beam), "--out", str(out), "--json", str(report), *extra]  # fmt: skip
+        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise UserError(f"evaluate.py {checkpoint} --split {split}: {last}")
+        return json.loads(report.read_text("utf-8"))
+
+
+def choose_checkpoint(study: Study, spec: StudySpec, run: Run) -> dict[str, Any]:
+    """The README's rule: best single or average of the kept best, by beam BLEU on validation."""
+    import torch
+
+    folder = study.version_dir(run) / "checkpoints"
+    last = torch.load(folder / "last.ckpt", map_location="cpu", weights_only=False)
+    best = best_checkpoints(folder, last)
+    if not best:
+        raise UserError(f"{folder}: no best-*.ckpt recorded in last.ckpt; nothing to score")
+    scratch = study.run_dir(run) / "scoring"
+    scratch.mkdir(exist_ok=True)
+    candidates = {"best single": best[0][0]}
+    if len(best) >= 2:
+        average = scratch / "average.ckpt"
+        if not average.is_file():
+            command = [sys.executable, str(AVERAGE), *(str(path) for path, _ in best),
+                       "--out", str(average)]  # fmt: skip
+            subprocess.run(command, cwd=REPO, check=True, capture_output=True)
+        candidates[f"average of {len(best)} best"] = average
+    val = {
+        name: evaluate(path, "val", spec.beam, scratch / f"{path.stem}.val.hyp")["bleu"]
+        for name, path in candidates.items()
+    }
+    rule = max(val, key=val.get)  # the single one wins a tie: it is listed first
+    return {
+        "checkpoint_rule": rule,
+        "checkpoint": str(candidates[rule]),
+        "best_single": best[0][0].name,
+        "best_single_val_bleu_greedy": best[0][1],
+        "updates": int(last["global_step"]),
+        "val_bleu": val,
+    }
+
+
+def score_run(study: Study, spec: StudySpec, run: Run) -> dict[str, Any]:
+    """Score a trained run; writes and returns its result.json."""
+    from seq2seq.checkpoint import corpus_of, read_checkpoint
+    from seq2seq.data.corpus import read_pairs, resolve_corpus
+    from seq2seq.decoding.translator import Translator
+
+    chosen = choose_checkpoint(study, spec, run)
+    out = study.result_dir(run)
+    out.mkdir(parents=True, exist_ok=True)
+    hyp = study.run_dir(run) / "scoring" / f"{spec.split}.hyp"
+    extra = ["--align-ref", spec.align_ref] if spec.align_ref else []
+    scored = evaluate(Path(chosen["checkpoint"]), spec.split, spec.beam, hyp, *extra)
+    corpus = corpus_of(read_checkpoint(chosen["checkpoint"]))
+    source = resolve_corpus(corpus["dataset"], corpus["data_dir"])
+    pairs = read_pairs(source, source.find_split(spec.split), corpus["src"], corpus["tgt"])
+    translator = Translator.load(chosen["checkpoint"], "cpu")
+    attention = translator.attention_statistics(pairs.src, pairs.tgt)
+    sittings = study.sittings(run)
+    result = {
+        "variant": run.variant,
+        "seed": run.seed,
+        "flags": spec.train_flags(run),
+        "split": spec.split,
+        "beam": spec.beam,
+        **chosen,
+        "checkpoint": Path(chosen["checkpoint"]).name,
+        "bleu": scored["bleu"],
+        "bleu_signature": scored["bleu_signature"],
+        "chrf": scored["chrf"],
+        "chrf_signature": scored["chrf_signature"],
+        "sentences": scored["sentences"],
+        **{key: scored[key] for key in ("aer", "align_precision", "align_recall") if key in scored},
+        **attention,
+        **training_figures(study.version_dir(run)),
+        "hypotheses": f"{spec.split}.hyp",
+        "trained": [
+            {key: s.get(key) for key in ("commit", "cpu", "torch", "time", "threads")}
+            for s in sittings
+        ],
+        "scored": provenance(),
+    }
+    shutil.copyfile(hyp, out / f"{spec.split}.hyp")
+    atomic_write_text(study.result_path(run), json.dumps(result, indent=2) + "\n")
+    return result

@@ -1,0 +1,96 @@
+"""The package's layout: the layering of pyproject.toml's import-linter contracts holds, a forbidden
+import breaks it, each concept has its folder, and checkpoints written before the move still work."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from seq2seq import Translator, load_model
+from tests.conftest import load_script, tiny_train_args, write_corpus
+
+ROOT = Path(__file__).resolve().parents[1]
+BASICS = {"__init__", "errors", "atomic", "checkpoint", "cli", "machine", "signals"}
+FOLDERS = {"models", "data", "alignment", "decoding", "training", "study", "serving"}
+PREMOVE = ROOT / "tests" / "fixtures" / "premove-gru-last.ckpt"
+
+
+def lint_imports(package_parent: Path) -> subprocess.CompletedProcess:
+    """`lint-imports` with the project's contracts, on the package found first in `package_parent`."""
+    return subprocess.run(
+        [sys.executable, "-c", "from importlinter.cli import lint_imports_command; lint_imports_command()",
+         "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
+        cwd=package_parent, capture_output=True, text=True, timeout=300,
+        env={"PYTHONPATH": str(package_parent), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+
+
+def test_the_layering_contracts_hold() -> None:
+    done = lint_imports(ROOT)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "3 kept, 0 broken" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "contract"),
+    [
+        ("models/attention.py", "import seq2seq.data.tokenizer", "Layers"),
+        ("data/batching.py", "from seq2seq.training import config", "Layers"),
+        ("models/rnn.py", "import lightning", "Models need torch and the basics alone"),
+        ("checkpoint.py", "import seq2seq.models.build", "The basics import no sub-package"),
+    ],
+)
+def test_a_forbidden_import_breaks_the_contracts(
+    tmp_path: Path, module: str, line: str, contract: str
+) -> None:
+    copy = shutil.copytree(ROOT / "seq2seq", tmp_path / "seq2seq")
+    target = copy / module
+    target.write_text(target.read_text("utf-8") + f"\n{line}  # a test's forbidden import\n")
+    done = lint_imports(tmp_path)
+    assert done.returncode == 1
+    assert f"{contract}" in done.stdout and "BROKEN" in done.stdout
+    assert module.removesuffix(".py").replace("/", ".") in done.stdout
+
+
+def test_each_concept_has_its_folder_and_only_the_basics_stay_on_top() -> None:
+    package = ROOT / "seq2seq"
+    top = {path.stem for path in package.glob("*.py")}
+    assert top == BASICS
+    folders = {path.name for path in package.iterdir() if (path / "__init__.py").is_file()}
+    assert folders == FOLDERS
+    for folder in FOLDERS:
+        modules = [path for path in (package / folder).glob("*.py") if path.stem != "__init__"]
+        assert 1 <= len(modules) <= 12, (folder, len(modules))
+        assert "May import" in (package / folder / "__init__.py").read_text("utf-8")
+
+
+def test_a_checkpoint_written_before_the_move_loads_and_translates() -> None:
+    model, tokenizer = load_model(PREMOVE)
+    assert model.model_args["hidden_size"] == 32 and tokenizer.vocab_size == 100
+    translations = Translator.load(PREMOVE).translate(["Ein Hund läuft im Park"])
+    assert len(translations) == 1 and isinstance(translations[0].text, str)
+    # The weights are the saved ones, not a fresh initialisation.
+    saved = torch.load(PREMOVE, weights_only=True)["state_dict"]
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, saved[f"model.{name}"]), name
+
+
+def test_a_run_saved_before_the_move_resumes_to_its_new_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the data cache goes to ./data/cache
+    corpus = write_corpus(tmp_path / "corpus")  # the fixture's corpus: seeded, the same pairs
+    runs = tmp_path / "runs"
+    args = tiny_train_args(corpus, runs, "--max-steps", "30", "--max-epochs", "1000",
+                           "--val-every", "10", "--seed", "1", "--resume", str(PREMOVE))  # fmt: skip
+    assert load_script("train").main(args) == 0
+    last = torch.load(next(runs.rglob("last.ckpt")), weights_only=True)
+    assert last["global_step"] == 30
+    before = torch.load(PREMOVE, weights_only=True)
+    assert before["global_step"] == 20
+    moved = [k for k in last["state_dict"] if not torch.equal(last["state_dict"][k],
+                                                              before["state_dict"][k])]  # fmt: skip
+    assert moved, "ten more updates changed no weight"
