@@ -30,6 +30,7 @@ import torch
 from seq2seq.cli import Parser, cli_message
 from seq2seq.decoding.flags import pick_device
 from seq2seq.errors import UserError
+from seq2seq.machine import cpu_info
 from seq2seq.training.config import TrainConfig, parse_args
 
 PRECISIONS = ("32-true", "bf16-mixed")
@@ -175,7 +176,7 @@ def plan(
 
 def run(args: argparse.Namespace, rest: list[str], cfg: TrainConfig, device: torch.device) -> dict:
     bench, started = load_script("benchmark"), time.perf_counter()
-    cpu = bench.cpu_info() if device.type == "cpu" else None
+    cpu = cpu_info() if device.type == "cpu" else None
     names, precisions, skipped = plan(bench, device, cpu, args.precisions, args.force_bf16)
     names = [k for k in names if cfg.model == "rnn" or not bench.PATHS[k].textbook]
     out: dict = {"updates": args.updates, "every": args.every, "cpu": cpu, "skipped": skipped}

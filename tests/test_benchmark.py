@@ -174,7 +174,7 @@ def test_bf16_path_is_skipped_on_a_cpu_without_native_bf16() -> None:
         (gpu, without, False),
     ):
         assert benchmark.path_names(device, cpu_info, force) == (list(benchmark.PATHS), {})
-    assert benchmark.native_bf16() == torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert benchmark.cpu_info()["native_bf16"] == torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 def test_memory_benchmark_skips_bf16_like_benchmark_py_on_a_cpu_without_it() -> None:
