@@ -1,12 +1,16 @@
 """What README.md and docs/*.md point at exists: every relative link (and its #anchor, when it points
 into one of our Markdown files), every repository path they name in code, and a row in
-docs/layout.md for every module and script."""
+docs/layout.md for every module and script. A study command they give for a committed study is the
+one its study.json holds, so it continues that study instead of being refused."""
 
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -133,3 +137,49 @@ def test_layout_names_every_module_and_script() -> None:
     files = tracked("seq2seq/*.py", "scripts/*.py", "docs/analysis/*.py")
     assert sorted(files - named) == [], "modules and scripts docs/layout.md does not name"
     assert sorted(n for n in named - files if n.endswith(".py")) == [], "named, but not here"
+
+
+def fenced_commands(page: Path) -> list[str]:
+    """The shell lines of the page's fenced blocks, a backslash-continued command joined into one."""
+    commands, fenced, pending = [], False, ""
+    for line in page.read_text("utf-8").splitlines():
+        if FENCE.match(line.strip()):
+            fenced = not fenced
+        elif fenced:
+            pending += line.strip()
+            if pending.endswith("\\"):
+                pending = pending[:-1] + " "
+            else:
+                commands.append(pending)
+                pending = ""
+    return commands
+
+
+STUDY_RUN = re.compile(r"^python scripts/study\.py run (\S+) .*--variant")
+STUDY_CASES = [
+    pytest.param(page, command, id=f"{page.relative_to(ROOT)}: {STUDY_RUN.match(command)[1]}")
+    for page in PAGES
+    for command in fenced_commands(page)
+    if STUDY_RUN.match(command) and (ROOT / STUDY_RUN.match(command)[1] / "study.json").is_file()
+]
+
+
+@pytest.mark.parametrize(("page", "command"), STUDY_CASES)
+def test_a_study_command_for_a_committed_study_gives_its_spec(
+    page: Path,
+    command: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`study.py commands` with the page's spec flags: refused (exit 2) when they are not the saved
+    spec; with every run of the committed study done, it prints no command to run."""
+    args = shlex.split(command, comments=True)[3:]  # after `python scripts/study.py run`
+    for option in ("--parallel", "--work-dir"):  # `run`'s alone, or ours to choose
+        while option in args:
+            del args[args.index(option) : args.index(option) + 2]
+    monkeypatch.chdir(ROOT)
+    code = load_script("study").main(["commands", *args, "--work-dir", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 0, f"{page.name}: {command!r} is refused: {err.strip()}"
+    assert out == "", f"{page.name}: runs of the committed study are not all done"
