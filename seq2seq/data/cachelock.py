@@ -12,6 +12,8 @@ What a kill -9 leaves behind, and why it never blocks the next start:
   of owners that are gone (same host, no such live process), never those of a live process or of
   another machine: where the lock does not reach across machines (NFS mounted `nolock`, Lustre
   `localflock`), two builders then race to publish, and the first complete result wins.
+
+A polite stop (`check_stop`) while waiting for the lock leaves nothing: the waiter never held it.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from seq2seq.errors import UserError
+from seq2seq.errors import Stopped, UserError
 
 POLL_SECONDS = 0.5  # how often a waiting process tries the lock again
 # What a file system without locks answers: Lustre without flock (ENOSYS), NFS without a lock daemon
@@ -87,9 +89,19 @@ def _start_ticks(pid: int) -> int:
     return int(stat.rsplit(")", 1)[1].split()[19])  # fields after "(comm)" start at field 3
 
 
+def check_stop(stop: Callable[[], str | None] | None) -> None:
+    """Raise `Stopped` (nothing new saved) when `stop` gives a reason to stop politely."""
+    reason = stop() if stop is not None else None
+    if reason is not None:
+        raise Stopped(reason, None, None)
+
+
 @contextmanager
-def exclusive(lock: Path, log: Callable[[str], None]) -> Iterator[None]:
-    """Hold the lock `lock` (created if missing) for the block; `log` tells the user when waiting."""
+def exclusive(
+    lock: Path, log: Callable[[str], None], stop: Callable[[], str | None] | None = None
+) -> Iterator[None]:
+    """Hold the lock `lock` (created if missing) for the block; `log` tells the user when waiting;
+    `stop`, asked at each try while another process holds it, ends the wait (`check_stop`)."""
     try:
         lock.parent.mkdir(parents=True, exist_ok=True)
         fd = _open_shared(lock)
@@ -114,6 +126,7 @@ def exclusive(lock: Path, log: Callable[[str], None]) -> Iterator[None]:
                 who = f"{holder}" if holder else "another process"
                 log(f"waiting for {who} to finish preparing {lock.parent} (lock {lock.name})")
                 waited_for = holder
+            check_stop(stop)
             time.sleep(POLL_SECONDS)
         # Through the locked descriptor: opening and closing the file again here would drop the lock.
         os.ftruncate(fd, 0)

@@ -15,6 +15,14 @@ the cache complete (Lightning's launcher, torchrun, SLURM alike). A split is wri
 folder named after its builder and renamed when whole, so a kill -9 at any line leaves either no
 split or a whole one, plus at most a temporary that the next build removes once its owner is gone.
 The lock dies with its holder, and the encoding workers die with it too.
+
+Stops (seq2seq.training.stops): given `stop`, a function that returns the reason once a polite stop is
+asked for, preparation asks it before each chunk it reads (sampling for the tokenizer, encoding) and
+at each try of a lock held by another process, and raises `Stopped` with nothing new to save. The
+split being written is then removed (its temporary folder, by this process), the encoding workers
+are stopped with their queued chunks, and the lock is released: the next start builds the rest. What
+was published before the stop (the tokenizer, whole splits) is kept. Training sentencepiece is one
+call into its library that cannot be interrupted: a stop during it is honoured after it.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ import resource
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 
 from seq2seq.atomic import atomic_write_text, fsync_folder
-from seq2seq.data.cachelock import exclusive, remove_orphans, temporary_name
+from seq2seq.data.cachelock import check_stop, exclusive, remove_orphans, temporary_name
 from seq2seq.data.corpus import CHUNK_PAIRS, CorpusSource, Pairs, resolve_corpus, stream_pairs
 from seq2seq.data.links import attach_links, encode_with_links, links_suffix
 from seq2seq.data.tokenizer import (
@@ -87,11 +95,15 @@ class Prepared:
 
 
 def prepare(
-    cfg: DataSettings, test_split: str | None = None, chunk_size: int = CHUNK_PAIRS
+    cfg: DataSettings,
+    test_split: str | None = None,
+    chunk_size: int = CHUNK_PAIRS,
+    stop: Callable[[], str | None] | None = None,
 ) -> Prepared:
     """Make sure the cache of `cfg`'s data settings is complete and return it (`built`: by this
     call); safe to call from every process at once. `test_split`: the split `test` names;
-    `chunk_size`: pairs read, encoded and written at a time."""
+    `chunk_size`: pairs read, encoded and written at a time; `stop`: the reason to stop politely,
+    or None to go on, asked between chunks and while waiting for the lock (raises `Stopped`)."""
     source = resolve_corpus(cfg.dataset, cfg.data_dir)
     names = split_names(source, test_split)
     langs = sorted((cfg.src, cfg.tgt))  # the joint model serves both directions
@@ -106,14 +118,14 @@ def prepare(
         ready = None
     if ready is not None:  # the usual case once prepared: no lock, so read-only caches work too
         return ready
-    with exclusive(Path(cfg.cache_dir) / f"{key}.lock", _log):
+    with exclusive(Path(cfg.cache_dir) / f"{key}.lock", _log, stop):
         try:  # another process may have built it while this one waited
             ready = _complete(cfg, source, names, key)
         except DamagedSplit:
             ready = None
         if ready is not None:
             return ready
-        tokenizer = _tokenizer(cfg, source, names["train"], key, chunk_size)
+        tokenizer = _tokenizer(cfg, source, names["train"], key, chunk_size, stop)
         for role, split in names.items():
             path = _split_path(cfg, source, split, tokenizer)
             workers = (cfg.prepare_workers or _cores()) if role == "train" else 1
@@ -123,7 +135,7 @@ def prepare(
                     continue
                 except DamagedSplit:
                     shutil.rmtree(path)
-            _encode_split(cfg, source, split, tokenizer, path, workers, chunk_size)
+            _encode_split(cfg, source, split, tokenizer, path, (workers, chunk_size), stop)
     ready = _complete(cfg, source, names, key)
     if ready is None:  # cannot happen with a working lock; say so rather than fail obscurely
         raise UserError(f"`cache_dir` {cfg.cache_dir}: the cache changed while it was being built")
@@ -211,7 +223,12 @@ def _given_tokenizer(path: str | Path) -> Tokenizer:
 
 
 def _tokenizer(
-    cfg: DataSettings, source: CorpusSource, train: str, key: str, chunk_size: int
+    cfg: DataSettings,
+    source: CorpusSource,
+    train: str,
+    key: str,
+    chunk_size: int,
+    stop: Callable[[], str | None] | None = None,
 ) -> Tokenizer:
     """`spm_model` as given, or the cached model, or one trained on a sample and cached."""
     if cfg.spm_model is not None:
@@ -219,7 +236,7 @@ def _tokenizer(
 
     def sample() -> Iterator[str]:
         chunks = stream_pairs(source, train, cfg.src, cfg.tgt, cfg.limit_train_pairs, chunk_size)
-        bar = _progress(chunks, train, f"sampling {cfg.spm_sample:,} sentences of")
+        bar = _progress(chunks, train, f"sampling {cfg.spm_sample:,} sentences of", stop)
         texts = sample_sentences((c.src + c.tgt for c in bar), cfg.spm_sample, cfg.seed)
         if not texts:  # refused here, in plain Python, rather than by sentencepiece's trainer
             raise UserError(f"{source.location}: the training split {train!r} has no pairs")
@@ -251,10 +268,16 @@ def _split_path(cfg: DataSettings, source: CorpusSource, split: str, tok: Tokeni
 
 
 def _encode_split(
-    cfg: DataSettings, source: CorpusSource, split: str, tok: Tokenizer, path: Path, *sizes: int
+    cfg: DataSettings,
+    source: CorpusSource,
+    split: str,
+    tok: Tokenizer,
+    path: Path,
+    sizes: tuple[int, int],
+    stop: Callable[[], str | None] | None = None,
 ) -> None:
     """Encode `split` into `path` (shards + meta.json), all or nothing: a temporary folder, renamed.
-    `sizes`: the processes that encode and the pairs they take at a time."""
+    `sizes`: the processes that encode and the pairs they take at a time; `stop`: see `prepare`."""
     workers, chunk_size = sizes
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_orphans(path, _log)  # never another machine's: its builder may be at work
@@ -266,8 +289,10 @@ def _encode_split(
     guided = train and cfg.guided_alignment is not None
     schema = _schema(dtype, text=not train, links=guided)
     limit = cfg.limit_train_pairs if train else None
+    chunks = None
     try:
-        chunks = _progress(stream_pairs(source, split, cfg.src, cfg.tgt, limit, chunk_size), split)
+        pairs = stream_pairs(source, split, cfg.src, cfg.tgt, limit, chunk_size)
+        chunks = _progress(pairs, split, stop=stop)
         job = encode_with_links if guided else None  # ids and links from the same offsets
         if guided:  # the alignment file is read alongside, one chunk's lines at a time
             chunks = attach_links(chunks, cfg.guided_alignment, limit is not None)
@@ -310,6 +335,8 @@ def _encode_split(
                 raise
         fsync_folder(path.parent)
     finally:
+        if chunks is not None:  # a stop or an error: the workers end before the folder goes
+            chunks.close()
         shutil.rmtree(tmp, ignore_errors=True)
     rate = f"{rows / max(seconds, 1e-9):,.0f} pairs/s, {workers} proc, {_cpu() - cpu:.0f} CPU s"
     _log(f"encoded {split}: {rows:,} pairs in {seconds:.1f} s ({rate})")
@@ -368,13 +395,21 @@ def _record_batch(
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def _progress(chunks: Iterator[Pairs], split: str, what: str = "encoding") -> Iterator[Pairs]:
+def _progress(
+    chunks: Iterator[Pairs],
+    split: str,
+    what: str = "encoding",
+    stop: Callable[[], str | None] | None = None,
+) -> Iterator[Pairs]:
+    """`chunks` counted on a progress bar; a polite stop (`stop`, see `prepare`) is asked before
+    each is given."""
     from tqdm import tqdm
 
     # disable=None: a bar on a terminal; logs (SLURM, CI, captured stderr) get `_log`'s pairs/s line.
     bar = tqdm(desc=f"{what} {split}", unit=" pairs", unit_scale=True, mininterval=2, disable=None)
     try:
         for chunk in chunks:
+            check_stop(stop)
             yield chunk
             bar.update(len(chunk) + chunk.empty)
     except BaseException:

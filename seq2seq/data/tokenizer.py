@@ -195,12 +195,16 @@ def encode_chunks(
         workers, context, initializer=_start_worker, initargs=(model, os.getpid())
     ) as pool:
         pending: deque = deque()
-        for chunk in chunks:
-            pending.append((chunk, pool.submit(_run_job, job, chunk, dtype)))
-            if len(pending) >= 2 * workers:
-                done, future = pending.popleft()
-                yield done, future.result()
-        yield from ((done, future.result()) for done, future in pending)
+        try:
+            for chunk in chunks:
+                pending.append((chunk, pool.submit(_run_job, job, chunk, dtype)))
+                if len(pending) >= 2 * workers:
+                    done, future = pending.popleft()
+                    yield done, future.result()
+            yield from ((done, future.result()) for done, future in pending)
+        except BaseException:  # a stop, an error, or the caller closing early: the queue is dropped
+            pool.shutdown(cancel_futures=True)  # waits for the chunks being encoded only
+            raise
 
 
 def _start_worker(model: bytes, parent: int) -> None:
