@@ -104,6 +104,7 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from seq2seq.data.datamodule import TranslationDataModule, check_same_corpus, check_same_order
+    from seq2seq.data.prepare import prepare
     from seq2seq.models.build import build_model, model_args_from
     from seq2seq.training.callbacks import AlignmentErrorRate, AttentionHeatmaps, TokensPerSecond
     from seq2seq.training.guards import NonFiniteLossGuard
@@ -131,6 +132,7 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
     flag = f"--log-dir {cfg.log_dir}" if folder.version is None else f"--resume {ckpt_path}"
     check_writable(folder.path, flag)
     checkpoint = read_resumable(ckpt_path) if ckpt_path else None
+    resumed_step = checkpoint["global_step"] if checkpoint is not None else None
     # version=None: the next version_N; a resumed run keeps logging into its own version folder.
     logger = TensorBoardLogger(
         folder.save_dir, name=folder.name, version=folder.version, default_hp_metric=False
@@ -162,7 +164,12 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
         print(slow, file=sys.stderr)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     dm = TranslationDataModule(cfg)
-    dm.prepare_data()
+    try:  # a stop ends the preparation between chunks, or the wait for another builder's lock
+        prepare(cfg, dm.test_split, stop=stop.pending)
+    except Stopped as stopped:
+        if trainer.is_global_zero:
+            stop.mark(stopped, resumed_step)  # a resumed run is still stopped at its checkpoint
+        raise
     dm.setup("fit")
     # The vocabulary size is known only now that the tokenizer exists.
     model = build_model(model_args_from(cfg, dm.vocab_size))
@@ -184,7 +191,7 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
     if checkpoint is not None:
         check_same_corpus(dm, checkpoint, ckpt_path)
         check_fits(system, dm.tokenizer.to_bytes(), checkpoint, ckpt_path)
-        resumed_step, checkpoint = checkpoint["global_step"], None  # fit reloads it; free memory
+        checkpoint = None  # fit reloads it; free memory
         warnings.filterwarnings("ignore", ".*exists and is not empty.*")  # it is ours, resumed
         # The data module resumes mid-epoch itself (its state_dict), which Lightning cannot see.
         warnings.filterwarnings("ignore", ".*dataloader is not resumable.*")
@@ -197,8 +204,11 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
             f"Logging to {logger.log_dir}; watch it with:\n"
             f"  tensorboard --logdir {folder.save_dir} --samples_per_plugin images=1000"
         )
-    if stop.requested:  # asked to stop while the data was prepared: nothing new to save
-        raise Stopped(stop.requested, None, None)
+    if stop.requested:  # asked to stop while the data was read: nothing new to save
+        stopped = Stopped(stop.requested, None, None)
+        if trainer.is_global_zero:
+            stop.mark(stopped, resumed_step)
+        raise stopped
     try:
         trainer.fit(system, datamodule=dm, ckpt_path=ckpt_path)
     except SIGTERMException:  # Lightning's handler, in the moment before PoliteStop takes over
