@@ -137,7 +137,8 @@ class TrainConfig:
     stop_signal: Literal["USR1", "USR2", "INT", "HUP", "QUIT"] = _opt(
         "USR1",
         "besides SIGTERM, the signal that stops training politely (last.ckpt saved, exit status 4); "
-        "SLURM: sbatch --signal=B:USR1@120",
+        "SLURM: #SBATCH --signal=USR1@120, without B:, which signals only the batch shell and never "
+        "train.py under srun",
     )
     resume: str | None = _opt(
         None, "continue a run: a checkpoint PATH, or the latest run when no PATH"
