@@ -6,16 +6,19 @@
     python scripts/study.py status studies/scorers       # each run's state
     python scripts/study.py commands studies/scorers     # one command per run, for a job array
     python scripts/study.py report studies/scorers       # rebuild report.md/.json/.png from results
+    python scripts/study.py report studies/tf --with studies/scorers  # beside another study's runs
 
 The spec (variants, seeds, common flags, the split, a silver standard) is saved in DIR/study.json on
 first use; `--config study.yaml` gives it as YAML instead of flags. Each run trains in
 `--work-dir/runs/<variant>-seed<k>/` (checkpoints, never committed) and leaves its scores and
 hypotheses in DIR/runs/<variant>-seed<k>/ (small, meant to be committed). Starting the study again,
 after any stop, kill or preemption, skips finished runs and resumes the others from their last.ckpt.
+Relative paths (DIR, --work-dir, --align-ref, path flags of the variants) are the caller's.
 """
 
 import argparse
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -24,7 +27,7 @@ from pathlib import Path
 
 from seq2seq.cli import Parser, cli_message
 from seq2seq.errors import STOPPED, Stopped, UserError
-from seq2seq.signals import STOPS, forwarding, handling, wait_forwarding
+from seq2seq.signals import STOPS, forwarding, handling
 from seq2seq.study import process
 from seq2seq.study.layout import Study
 from seq2seq.study.spec import Run, StudySpec
@@ -63,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     def threads(sub: argparse.ArgumentParser, default: str) -> None:
         sub.add_argument("--threads", type=int, help=f"torch threads per run (default: {default})")
+        sub.add_argument(
+            "--max-minutes", type=float, metavar="M", help="each sitting of a run trains at most M "
+            "minutes (train.py --max-minutes), then stops with last.ckpt saved, status 4",
+        )  # fmt: skip
 
     run = commands.add_parser("run", help="train and score every unfinished run, then report")
     study_folder(run)
@@ -82,11 +89,16 @@ def build_parser() -> argparse.ArgumentParser:
     study_folder(score)
     score.add_argument("variant", metavar="VARIANT")
     score.add_argument("seed", metavar="SEED", type=int)
-    for name, help in (
-        ("status", "each run's state, with its saved update or its BLEU"),
-        ("report", "rebuild the report"),
-    ):
-        study_folder(commands.add_parser(name, help=help))
+    study_folder(
+        commands.add_parser("status", help="each run's state, with its saved update or BLEU")
+    )
+    report = commands.add_parser("report", help="rebuild the report")
+    study_folder(report)
+    report.add_argument(
+        "--with", dest="others", action="append", default=[], metavar="DIR2",
+        help="another study folder whose finished runs join the report as variants DIR2's-name/"
+        "VARIANT, paired with this study's (same split, beam and references); repeatable",
+    )  # fmt: skip
     return parser
 
 
@@ -98,7 +110,7 @@ def spec_from(args: argparse.Namespace) -> StudySpec | None:
         _, data = load_yaml(args.config)
         if not isinstance(data, dict):
             raise UserError(f"--config {args.config}: expected a mapping (variants, seeds, ...)")
-        return StudySpec.from_dict(data, args.config)
+        return StudySpec.from_dict(data, args.config, Path.cwd())
     if not args.variant and not args.seeds:
         return None
     return StudySpec.from_dict(
@@ -111,6 +123,7 @@ def spec_from(args: argparse.Namespace) -> StudySpec | None:
             "align_ref": args.align_ref,
         },
         "the command line",
+        Path.cwd(),
     )
 
 
@@ -118,17 +131,19 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         study = Study(args.folder, args.work_dir)
+        if getattr(args, "max_minutes", None) is not None and args.max_minutes <= 0:
+            raise UserError(f"--max-minutes must be positive, got {args.max_minutes}")
         if args.command == "run":
-            return run_all(study, spec_from(args), args.parallel, args.threads)
+            return run_all(study, spec_from(args), args.parallel, args.threads, args.max_minutes)
         if args.command == "commands":
-            return print_commands(study, spec_from(args), args.threads)
+            return print_commands(study, spec_from(args), args.threads, args.max_minutes)
         if args.command == "status":
             return print_status(study)
         if args.command == "one":
-            return run_one(study, Run(args.variant, args.seed), args.threads)
+            return run_one(study, Run(args.variant, args.seed), args.threads, args.max_minutes)
         if args.command == "score":
             return score_one(study, Run(args.variant, args.seed))
-        return write_report(study)
+        return write_report(study, [Study(other) for other in args.others])
     except UserError as err:
         print(f"error: {cli_message(err)}", file=sys.stderr)
         return 2
@@ -142,14 +157,24 @@ def check_run(spec: StudySpec, run: Run) -> None:
         )
 
 
-def one_command(study: Study, run: Run, threads: int | None) -> list[str]:
+def one_command(
+    study: Study, run: Run, threads: int | None, max_minutes: float | None = None
+) -> list[str]:
     command = [sys.executable, str(SCRIPT), "one", str(study.folder), run.variant, str(run.seed)]
     command += ["--work-dir", str(study.work_dir)]
-    return command + (["--threads", str(threads)] if threads else [])
+    command += ["--threads", str(threads)] if threads else []
+    return command + (["--max-minutes", str(max_minutes)] if max_minutes is not None else [])
 
 
-def run_all(study: Study, spec: StudySpec | None, parallel: int, threads: int | None) -> int:
-    """Every unfinished run through `study.py one`, `parallel` at a time; then the report."""
+def run_all(
+    study: Study,
+    spec: StudySpec | None,
+    parallel: int,
+    threads: int | None,
+    max_minutes: float | None = None,
+) -> int:
+    """Every unfinished run through `study.py one`, `parallel` at a time; then the report. Status 4
+    (STOPPED) when a stop signal or `max_minutes` left runs unfinished, 1 when a run failed."""
     if parallel <= 0:
         raise UserError(f"--parallel must be positive, got {parallel}")
     spec = study.open(spec)
@@ -162,6 +187,7 @@ def run_all(study: Study, spec: StudySpec | None, parallel: int, threads: int | 
     )
     running: dict[subprocess.Popen, Run] = {}
     failed: list[str] = []
+    paused: list[str] = []  # stopped by --max-minutes, last.ckpt saved
     stopping = False
 
     def stop(signum: int) -> None:  # each run got the signal too, and stops in its own way
@@ -173,13 +199,17 @@ def run_all(study: Study, spec: StudySpec | None, parallel: int, threads: int | 
             while todo and len(running) < parallel and not stopping:
                 run = todo.pop(0)
                 print(f"[{time.strftime('%H:%M:%S')}] {run.name}: {study.state(run)}", flush=True)
-                running[subprocess.Popen(one_command(study, run, threads))] = run
-            finished = [process for process in running if process.poll() is not None]
-            for process in finished:
-                run = running.pop(process)
-                word = "done" if process.returncode == 0 else f"stopped ({process.returncode})"
+                command = one_command(study, run, threads, max_minutes)
+                running[subprocess.Popen(command)] = run
+            finished = [child for child in running if child.poll() is not None]
+            for child in finished:
+                run = running.pop(child)
+                status = process.exit_status(child.returncode)
+                word = {0: "done", STOPPED: "stopped"}.get(status, f"failed ({status})")
                 print(f"[{time.strftime('%H:%M:%S')}] {run.name}: {word}", flush=True)
-                if process.returncode != 0:
+                if status == STOPPED:
+                    paused.append(run.name)
+                elif status != 0:
                     failed.append(run.name)
             if stopping and not running:
                 break
@@ -190,29 +220,69 @@ def run_all(study: Study, spec: StudySpec | None, parallel: int, threads: int | 
     if failed:
         print(f"unfinished: {', '.join(failed)} (see their train.log)", file=sys.stderr)
         return 1
+    if paused:
+        print(f"stopped by --max-minutes: {', '.join(paused)}; start the same command again to "
+              "continue", file=sys.stderr)  # fmt: skip
+        return STOPPED
     return write_report(study)
 
 
-def run_one(study: Study, run: Run, threads: int | None) -> int:
-    """Train `run` to its end, resuming what is there, then score it in a fresh process."""
+def run_one(study: Study, run: Run, threads: int | None, max_minutes: float | None = None) -> int:
+    """Train `run` to its end, resuming what is there, then score it in a fresh process, holding the
+    run's lock throughout. Every stop (SIGTERM, SIGUSR1) ends it with status 4: passed on to the
+    child at work, or, with none at work (waiting for the lock, starting), ending it at once."""
     spec = study.load_spec()
     check_run(spec, run)
     threads = threads or os.cpu_count() or 1
-    state = study.state(run)
-    if state in ("new", "partial"):
-        status = process.train(study, spec, run, threads)
+    children: list[subprocess.Popen] = []
+    stops: list[int] = []
+
+    def stop(signum: int) -> None:  # after the stop was passed on to the children at work
+        stops.append(signum)
+        if not any(child.poll() is None for child in children):
+            raise Stopped(f"stopped by {signal.Signals(signum).name}", None, None)
+
+    try:
+        with forwarding(children, then=stop), process.run_lock(study, run):
+            status = train_and_score(study, spec, run, threads, max_minutes, children, stops)
+    except Stopped as stopped:
+        print(f"{run.name}: {stopped.reason}; start it again to continue", file=sys.stderr)
+        return STOPPED
+    if stops:  # the child may have finished its part anyway; the rest waits for the next start
+        name = signal.Signals(stops[0]).name
+        print(f"{run.name}: stopped by {name}; start it again to continue", file=sys.stderr)
+        return STOPPED
+    return status
+
+
+def train_and_score(
+    study: Study,
+    spec: StudySpec,
+    run: Run,
+    threads: int,
+    max_minutes: float | None,
+    children: list[subprocess.Popen],
+    stops: list[int],
+) -> int:
+    """The steps `run` still needs, read from its files under its lock: train, then score; no step
+    begins after a stop (`stops` not empty), even when the child finished its own."""
+    if study.state(run) in ("new", "partial"):
+        status = process.train(study, spec, run, threads, children, max_minutes)
+        if status == STOPPED:
+            print(f"{run.name}: stopped with last.ckpt saved; start it again to continue",
+                  file=sys.stderr)  # fmt: skip
+            return status
         if status != 0:
             log = study.run_dir(run) / "train.log"
             print(f"{run.name}: train.py exited with status {status}; see {log}", file=sys.stderr)
             return status
-    if study.state(run) == "trained":
+    if study.state(run) == "trained" and not stops:
         # A new process, so a run trained for hours is scored by the code of now.
         command = [sys.executable, str(SCRIPT), "score", str(study.folder), run.variant,
                    str(run.seed), "--work-dir", str(study.work_dir)]  # fmt: skip
-        child = subprocess.Popen(
-            command, env=process.thread_env(threads)
-        )  # the run's share of cores
-        return wait_forwarding(child)
+        child = process.start(command, env=process.thread_env(threads))  # the run's cores
+        children.append(child)
+        return process.exit_status(child.wait())
     return 0
 
 
@@ -244,11 +314,13 @@ def score_one(study: Study, run: Run) -> int:
     return 0
 
 
-def print_commands(study: Study, spec: StudySpec | None, threads: int | None) -> int:
+def print_commands(
+    study: Study, spec: StudySpec | None, threads: int | None, max_minutes: float | None
+) -> int:
     spec = study.open(spec)
     for run in spec.runs():
         if study.state(run) != "done":
-            print(" ".join(one_command(study, run, threads)[1:]))
+            print(shlex.join(one_command(study, run, threads, max_minutes)[1:]))
     return 0
 
 
@@ -259,10 +331,10 @@ def print_status(study: Study) -> int:
     return 0
 
 
-def write_report(study: Study) -> int:
+def write_report(study: Study, others: list[Study] | None = None) -> int:
     from seq2seq.study.report import build_report
 
-    paths = build_report(study)
+    paths = build_report(study, others or [])
     print("report: " + ", ".join(str(path) for path in paths))
     return 0
 

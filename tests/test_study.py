@@ -261,15 +261,17 @@ def test_report_lists_a_runs_commits_in_sitting_order_and_explains_all_only_when
     figures["bleu"] = summarize([30.0])
     report = {"variants": {"a": {**figures, "seeds": [1]}}, "runs": runs}
     row = {"baseline": "a", "system": "b", "seeds": "1", "bleu_baseline": 30.0,
-           "bleu_system": 31.0, "delta": 1.0, "p_bs": 0.2, "p_ar": 0.01}  # fmt: skip
+           "bleu_system": 31.0, "delta": 1.0, "p_bs": 0.2, "p_ar": 0.01, "p_bs_holm": 0.4,
+           "p_ar_holm": 0.02}  # fmt: skip
     spec = StudySpec(variants={"a": [], "b": []}, seeds=[1])
 
     text = markdown(Study("s"), spec, {**report, "significance": [row]})
     rows = {line.split(" | ")[0]: line for line in text.splitlines() if "-seed" in line}
     assert "| fffffff, 0000000 |" in rows["| a-seed1"]
     assert "| 1111111+ |" in rows["| a-seed2"]
-    assert "`all`" not in text and "Bold: p < 0.05." in text
-    assert "| **0.0100** |" in text and "| 0.2000 |" in text
+    assert "`all`" not in text and "Bold: adjusted p < 0.05" in text
+    # the raw p-values plain, the adjusted ones beside them, bold only where they stay below 0.05
+    assert "| 0.2000 | 0.4000 | 0.0100 | **0.0200** |" in text
 
     text = markdown(Study("s"), spec, {**report, "significance": [row, {**row, "seeds": "all"}]})
     assert "`all`: each variant's hypotheses of every seed concatenated" in text

@@ -26,16 +26,23 @@ from typing import Any
 from seq2seq.atomic import atomic_write_text
 from seq2seq.errors import UserError
 from seq2seq.machine import REPO
-from seq2seq.study.spec import Run, StudySpec, check_spec
+from seq2seq.study.spec import Run, StudySpec, check_spec, relative
 
 
 class Study:
     """A study folder and its work folder; see the module docstring for what each holds."""
 
     def __init__(self, folder: str | Path, work_dir: str | Path | None = None) -> None:
-        self.folder = Path(folder)
+        # Absolute from the start: train.py runs in the checkout, the study in the caller's folder,
+        # and both must mean the same folders.
+        self.folder = Path(folder).absolute()
         default = REPO / "runs" / "studies" / self.folder.resolve().name
-        self.work_dir = Path(work_dir) if work_dir is not None else default
+        self.work_dir = Path(work_dir).absolute() if work_dir is not None else default
+
+    @property
+    def shown(self) -> str:
+        """The study folder as reports name it: relative to the checkout when inside it."""
+        return relative(str(self.folder))
 
     # -- the spec ---------------------------------------------------------------------------------
     @property
@@ -52,7 +59,7 @@ class Study:
             data = json.loads(self.spec_path.read_text("utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise UserError(f"{self.spec_path}: not a study spec ({err})") from None
-        return StudySpec.from_dict(data, str(self.spec_path))
+        return StudySpec.from_dict(data, str(self.spec_path), REPO)
 
     def open(self, spec: StudySpec | None) -> StudySpec:
         """The study's spec: `spec` is saved on first use; later it must equal the saved one."""
@@ -80,6 +87,11 @@ class Study:
 
     def last_checkpoint(self, run: Run) -> Path:
         return self.version_dir(run) / "checkpoints" / "last.ckpt"
+
+    def lock_path(self, run: Run) -> Path:
+        """The lock of the process training or scoring `run` (outside the run's folder, which a
+        fresh start removes)."""
+        return self.work_dir / "locks" / f"{run.name}.lock"
 
     def trained_marker(self, run: Run) -> Path:
         return self.run_dir(run) / "trained.json"
@@ -113,7 +125,7 @@ class Study:
 
             path = self.last_checkpoint(run)
             # mmap: the counters are read without reading the weights.
-            saved = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+            saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
             step, horizon = saved["global_step"], saved.get("lr_horizon")
             of = f" of {horizon} ({100 * step / horizon:.0f}%)" if horizon else ""
             when = datetime.datetime.fromtimestamp(path.stat().st_mtime).strftime("%Y-%m-%d %H:%M")

@@ -7,12 +7,20 @@ randomization, 10,000 trials, as `sacrebleu --paired-bs` / `--paired-ar` run the
 seed): seed k of one variant against seed k of the other, and once over all seeds together, each
 variant's outputs concatenated seed by seed and paired sentence by sentence (Clark et al. 2011 report
 mean and deviation over runs and a test over runs and sentences together). The first variant of the
-spec is the baseline of each test's line; the tests are two-sided.
+spec is the baseline of each test's line; the tests are two-sided. Each p-value is shown beside its
+Holm adjustment over every line of the table (bootstrap and approximate randomization each a family:
+two tests of the same hypotheses), and only adjusted p-values below `ALPHA` are set in bold: a
+table of many tests finds some p < 0.05 by chance alone.
+
+`others` (`study.py report DIR --with DIR2`): the finished runs of other study folders join the
+report as variants `<DIR2's name>/<variant>`, tested against this study's variants seed k against
+seed k, once their split, beam and references are this study's (refused in one line otherwise).
 
 Writes `report.md`, `report.json` and `report.png` (every seed a point beside the mean and interval;
 BLEU, and AER when the study has a silver standard) into the study folder.
 """
 
+import contextlib
 import itertools
 import json
 import math
@@ -22,6 +30,7 @@ from typing import Any
 
 from seq2seq.atomic import atomic_write, atomic_write_text
 from seq2seq.errors import UserError
+from seq2seq.machine import REPO
 from seq2seq.study.layout import Study
 from seq2seq.study.spec import Run, StudySpec
 
@@ -37,7 +46,7 @@ FIGURES = (
     ("tokens_per_sec", "tokens/s", 0),
 )
 TESTS = {"bs": 1000, "ar": 10000}  # sacrebleu's CLI defaults: resamples, trials
-ALPHA = 0.05  # p-values below it are set in bold
+ALPHA = 0.05  # Holm-adjusted p-values below it are set in bold
 # Student's t at 0.975 for 1..30 degrees of freedom (two-sided 95%); beyond 30 the Cornish-Fisher
 # expansion below agrees with the exact quantile to 1e-4.
 T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281, 2.2010,
@@ -75,15 +84,50 @@ def load_results(study: Study, spec: StudySpec) -> dict[Run, dict[str, Any]]:
     return results
 
 
-def references(spec: StudySpec) -> list[str]:
-    """The references of the study's split, from the corpus its flags name."""
+def references(spec: StudySpec) -> tuple[list[str], str]:
+    """The references of the study's split, from the corpus its flags name, and that corpus and
+    direction in words (`multi30k de->en`)."""
     from seq2seq.data.corpus import read_pairs, resolve_corpus
     from seq2seq.training.config import parse_args
 
     first = next(iter(spec.variants.values()))
     cfg = parse_args([*spec.flags, *first])
-    source = resolve_corpus(cfg.dataset, cfg.data_dir)
-    return read_pairs(source, source.find_split(spec.split), cfg.src, cfg.tgt).tgt
+    with contextlib.chdir(REPO):  # a corpus name is found where train.py looked for it
+        source = resolve_corpus(cfg.dataset, cfg.data_dir)
+        refs = read_pairs(source, source.find_split(spec.split), cfg.src, cfg.tgt).tgt
+    return refs, f"{source.name} {cfg.src}->{cfg.tgt}"
+
+
+def referenced_runs(
+    study: Study, spec: StudySpec, refs: list[str], corpus: str, others: list[Study]
+) -> tuple[list[str], dict[Run, dict[str, Any]]]:
+    """The variants and finished runs of the other study folders `others`, named `<folder>/<variant>`,
+    each folder refused in one line unless its runs were scored on the same split, with the same
+    beam, against the same references as this study's."""
+    names, results = [], {}
+    for other in others:
+        other_spec = other.load_spec()
+        where = f"--with {other.shown}"
+        if (other_spec.split, other_spec.beam) != (spec.split, spec.beam):
+            raise UserError(
+                f"{where}: its runs are scored on {other_spec.split} with beam {other_spec.beam}, "
+                f"this study's on {spec.split} with beam {spec.beam}; only runs scored alike pair"
+            )
+        other_refs, other_corpus = references(other_spec)
+        if other_refs != refs:
+            raise UserError(
+                f"{where}: its references ({other_corpus}, {other_spec.split}) are not this "
+                f"study's ({corpus}, {spec.split}); only runs of the same sentences pair"
+            )
+        for variant in other_spec.variants:
+            name = f"{other.folder.name}/{variant}"
+            if name in names:
+                raise UserError(f"{where}: a second study folder named {other.folder.name}")
+            names.append(name)
+        for run, result in load_results(other, other_spec).items():
+            name = f"{other.folder.name}/{run.variant}"
+            results[Run(name, run.seed)] = {**result, "variant": name}
+    return names, results
 
 
 def paired_p_values(baseline: list[str], system: list[str], refs: list[str]) -> dict[str, float]:
@@ -105,17 +149,21 @@ def paired_p_values(baseline: list[str], system: list[str], refs: list[str]) -> 
 
 
 def significance(
-    spec: StudySpec, results: dict[Run, dict[str, Any]], refs: list[str]
+    pairs: list[tuple[str, str]],
+    seeds: list[int],
+    results: dict[Run, dict[str, Any]],
+    refs: list[str],
 ) -> list[dict[str, Any]]:
-    """For each pair of variants: seed k against seed k, and all common seeds concatenated."""
+    """For each pair of variants: seed k against seed k, and all common seeds concatenated; each
+    test's p-values also Holm-adjusted over every row (bootstrap and AR each a family)."""
     from sacrebleu.metrics import BLEU
 
     rows = []
-    for a, b in itertools.combinations(spec.variants, 2):
-        seeds = [s for s in spec.seeds if Run(a, s) in results and Run(b, s) in results]
-        groups = [([s], str(s)) for s in seeds]
-        if len(seeds) >= 2:
-            groups.append((seeds, "all"))
+    for a, b in pairs:
+        common = [s for s in seeds if Run(a, s) in results and Run(b, s) in results]
+        groups = [([s], str(s)) for s in common]
+        if len(common) >= 2:
+            groups.append((common, "all"))
         for group, label in groups:
             hyps_a = [line for s in group for line in results[Run(a, s)]["hyps"]]
             hyps_b = [line for s in group for line in results[Run(b, s)]["hyps"]]
@@ -131,28 +179,52 @@ def significance(
             rows.append({"baseline": a, "system": b, "seeds": label, "bleu_baseline": score_a,
                          "bleu_system": score_b, "delta": score_b - score_a,
                          "p_bs": p["bs"], "p_ar": p["ar"]})  # fmt: skip
+    for test in TESTS:
+        for row, adjusted in zip(rows, holm([row[f"p_{test}"] for row in rows]), strict=True):
+            row[f"p_{test}_holm"] = adjusted
     return rows
 
 
-def build_report(study: Study) -> list[Path]:
-    """Write report.json, report.md and report.png; returns their paths."""
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjustment (Holm 1979) of a family of m p-values, in their given order: the
+    i-th smallest (i from 1) times m - i + 1, made non-decreasing in that order, at most 1. An adjusted
+    p below alpha rejects with the chance of any false rejection in the family at most alpha, whatever
+    the dependence between the tests."""
+    m = len(p_values)
+    adjusted, floor = [0.0] * m, 0.0
+    for rank, i in enumerate(sorted(range(m), key=lambda i: p_values[i])):
+        floor = max(floor, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = floor
+    return adjusted
+
+
+def build_report(study: Study, others: list[Study] | None = None) -> list[Path]:
+    """Write report.json, report.md and report.png; returns their paths. The finished runs of the
+    study folders `others` join as variants `<folder>/<variant>`, each tested against this study's
+    variants (not against each other: that is their own study's report)."""
     spec = study.load_spec()
     results = load_results(study, spec)
     if not results:
-        raise UserError(f"{study.folder}: no finished run to report yet (study.py status)")
-    refs = references(spec)
+        raise UserError(f"{study.shown}: no finished run to report yet (study.py status)")
+    refs, corpus = references(spec)
+    own = list(spec.variants)
+    names, referenced = referenced_runs(study, spec, refs, corpus, others or [])
+    results.update(referenced)
+    seeds = list(dict.fromkeys([*spec.seeds, *(run.seed for run in referenced)]))
     variants = {}
-    for variant in spec.variants:
-        runs = [results[Run(variant, s)] for s in spec.seeds if Run(variant, s) in results]
+    for variant in [*own, *names]:
+        runs = [results[Run(variant, s)] for s in seeds if Run(variant, s) in results]
         variants[variant] = {
             key: summarize([r[key] for r in runs if r.get(key) is not None])
             for key, _, _ in FIGURES
         }
         variants[variant]["seeds"] = [r["seed"] for r in runs]
+    pairs = [(a, b) for a, b in itertools.combinations([*own, *names], 2) if a in own]
     report = {
         "spec": json.loads(spec.to_json()),
+        "with": [other.shown for other in others or []],
         "variants": variants,
-        "significance": significance(spec, results, refs),
+        "significance": significance(pairs, seeds, results, refs),
         "runs": [{k: v for k, v in r.items() if k != "hyps"} for r in results.values()],
     }
     paths = [study.folder / "report.json", study.folder / "report.md", study.folder / "report.png"]
@@ -180,11 +252,19 @@ def markdown(study: Study, spec: StudySpec, report: dict[str, Any]) -> str:
     shown = [
         (k, t, d) for k, t, d in FIGURES if any(v[k]["n"] for v in report["variants"].values())
     ]
+    others = report.get("with", [])
+    rebuild = " ".join([study.shown, *(f"--with {other}" for other in others)])
+    joined = (
+        f" With the finished runs of {', '.join(f'`{other}`' for other in others)} as variants "
+        "`<folder>/<variant>`, each tested against this study's variants."
+        if others
+        else ""
+    )
     lines = [
-        f"# Study `{study.folder}`",
+        f"# Study `{study.shown}`",
         "",
         f"Variants x seeds {' '.join(map(str, spec.seeds))}, scored on `{spec.split}` with beam "
-        f"{spec.beam}. Rebuild with `python scripts/study.py report {study.folder}`.",
+        f"{spec.beam}.{joined} Rebuild with `python scripts/study.py report {rebuild}`.",
         "",
         "## Per variant: mean ± sd [95% interval half-width] over seeds",
         "",
@@ -200,16 +280,22 @@ def markdown(study: Study, spec: StudySpec, report: dict[str, Any]) -> str:
         "## Paired significance of BLEU (sacrebleu: bootstrap 1,000, approximate randomization "
         "10,000; two-sided)",
         "",
-        "| baseline | system | seeds | BLEU baseline | BLEU system | delta | p (bootstrap) | p (AR) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| baseline | system | seeds | BLEU baseline | BLEU system | delta | p (bootstrap) | Holm "
+        "| p (AR) | Holm |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in report["significance"]:
         lines.append(
             f"| {row['baseline']} | {row['system']} | {row['seeds']} | {row['bleu_baseline']:.2f} | "
-            f"{row['bleu_system']:.2f} | {row['delta']:+.2f} | {_p(row['p_bs'])} | "
-            f"{_p(row['p_ar'])} |"
+            f"{row['bleu_system']:.2f} | {row['delta']:+.2f} | {row['p_bs']:.4f} | "
+            f"{_p(row['p_bs_holm'])} | {row['p_ar']:.4f} | {_p(row['p_ar_holm'])} |"
         )
-    note = f"Bold: p < {ALPHA}."
+    count = len(report["significance"])
+    note = (
+        f"Holm: the p-value before it adjusted by Holm's method over the {count} test(s) of this "
+        f"table, bootstrap and AR each a family. Bold: adjusted p < {ALPHA}, a difference that "
+        "holds with every test of the table taken into account."
+    )
     if any(row["seeds"] == "all" for row in report["significance"]):
         note = (
             "`all`: each variant's hypotheses of every seed concatenated in seed order, paired "

@@ -62,7 +62,8 @@ def choose_checkpoint(study: Study, spec: StudySpec, run: Run) -> dict[str, Any]
     import torch
 
     folder = study.version_dir(run) / "checkpoints"
-    last = torch.load(folder / "last.ckpt", map_location="cpu", weights_only=False)
+    # mmap: only the counters and the callbacks' state are read, not the weights.
+    last = torch.load(folder / "last.ckpt", map_location="cpu", weights_only=True, mmap=True)
     best = best_checkpoints(folder, last)
     if not best:
         raise UserError(f"{folder}: no best-*.ckpt recorded in last.ckpt; nothing to score")
@@ -112,7 +113,7 @@ def score_run(study: Study, spec: StudySpec, run: Run) -> dict[str, Any]:
     result = {
         "variant": run.variant,
         "seed": run.seed,
-        "flags": spec.train_flags(run),
+        "flags": spec.portable().train_flags(run),  # paths in the checkout relative to it
         "split": spec.split,
         "beam": spec.beam,
         **chosen,

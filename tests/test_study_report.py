@@ -1,0 +1,82 @@
+"""The report's multiple-testing correction (Holm) against a hand computation, and a report that
+takes the finished runs of another study folder in by reference (`study.py report DIR --with DIR2`),
+on committed-style result folders written by hand."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from seq2seq.study.report import holm
+from tests.conftest import load_script
+
+study_script = load_script("study")
+
+
+def test_holm_equals_a_hand_computation():
+    # sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> 0.06 (monotone)
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.6]) == [1.0, 1.0]  # 0.5 x 2 caps at 1, and the larger p cannot fall below
+    assert holm([0.2]) == [0.2] and holm([]) == []
+
+
+def write_study(folder: Path, corpus: Path, variants: dict[str, int], seeds: list[int],
+                beam: int = 5, extra: list[str] = ()) -> None:  # fmt: skip
+    """A study folder as a finished study leaves it: study.json, and per run result.json with the
+    hypotheses; variant -> how many final words each hypothesis drops from its reference."""
+    spec = {"variants": {name: ["--score", "dot"] for name in variants}, "seeds": seeds,
+            "flags": ["--data-dir", str(corpus), *extra], "split": "test", "beam": beam,
+            "align_ref": None}  # fmt: skip
+    folder.mkdir(parents=True)
+    (folder / "study.json").write_text(json.dumps(spec))
+    refs = (corpus / "test.en").read_text().splitlines()
+    for name, cut in variants.items():
+        for seed in seeds:
+            run = folder / "runs" / f"{name}-seed{seed}"
+            run.mkdir(parents=True)
+            # every seed a little different: seed k keeps sentence k whole
+            hyps = [" ".join(r.split()[: -cut or None]) if i != seed else r
+                    for i, r in enumerate(refs)]  # fmt: skip
+            (run / "test.hyp").write_text("\n".join(hyps) + "\n")
+            result = {"variant": name, "seed": seed, "split": "test", "beam": beam,
+                      "bleu": 50.0 - cut, "chrf": 60.0, "checkpoint_rule": "best single",
+                      "updates": 10, "train_hours": 0.1, "hypotheses": "test.hyp",
+                      "trained": [{"commit": "a" * 40, "cpu": "test CPU"}],
+                      "bleu_signature": "b", "chrf_signature": "c"}  # fmt: skip
+            (run / "result.json").write_text(json.dumps(result))
+
+
+def test_a_report_pairs_its_runs_with_another_studys(tiny_corpus, tmp_path, capsys):
+    tf, gru = tmp_path / "tf", tmp_path / "gru"
+    write_study(tf, tiny_corpus, {"transformer": 0}, [1, 2])
+    write_study(gru, tiny_corpus, {"additive": 1, "dot": 2}, [1, 2])
+    assert study_script.main(["report", str(tf), "--with", str(gru)]) == 0
+    report = json.loads((tf / "report.json").read_text())
+    assert list(report["variants"]) == ["transformer", "gru/additive", "gru/dot"]
+    assert report["variants"]["gru/dot"]["bleu"]["values"] == [48.0, 48.0]
+    # this study's variant against each referenced one, seed k with seed k and all seeds; the
+    # referenced variants not against each other (their own study's report has that)
+    rows = report["significance"]
+    assert [(r["baseline"], r["system"], r["seeds"]) for r in rows] == [
+        ("transformer", "gru/additive", s) for s in ("1", "2", "all")
+    ] + [("transformer", "gru/dot", s) for s in ("1", "2", "all")]
+    assert all(r["delta"] < 0 for r in rows)  # the referenced runs drop words
+    for test in ("bs", "ar"):
+        adjusted = holm([r[f"p_{test}"] for r in rows])
+        assert [r[f"p_{test}_holm"] for r in rows] == pytest.approx(adjusted)
+    assert report["with"] == [str(gru)]
+    text = (tf / "report.md").read_text()
+    assert f"report {tf} --with {gru}`" in text and "| gru/dot-seed2 |" in text
+
+    # Runs that do not pair are refused in one line: another beam, another side of the corpus.
+    other_beam = tmp_path / "beam4"
+    write_study(other_beam, tiny_corpus, {"dot": 1}, [1], beam=4)
+    reversed_ = tmp_path / "en-de"
+    write_study(reversed_, tiny_corpus, {"dot": 1}, [1], extra=["--src", "en", "--tgt", "de"])
+    for other, message in ((other_beam, "scored on test with beam 4, this study's on test with "
+                            "beam 5"), (reversed_, "its references (tiny en->de, test) are not "
+                                        "this study's (tiny de->en, test)")):  # fmt: skip
+        capsys.readouterr()
+        assert study_script.main(["report", str(tf), "--with", str(other)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
