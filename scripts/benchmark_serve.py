@@ -39,6 +39,7 @@ SERVE = Path(__file__).with_name("serve.py")
 CLIENTS = (1, 4, 16)
 BEAMS = (1, 5)
 TIMEOUT = 120  # seconds one request may take before the run is called broken
+JSON = {"Content-Type": "application/json"}  # the server refuses a POST of any other type (415)
 
 
 def read_sentences(path: str, count: int) -> list[str]:
@@ -125,7 +126,7 @@ def load(port: int, clients: int, jobs: list[str], beam: int, alignments: bool) 
             for sentence in mine:
                 body = {"sentences": [sentence], "beam": beam, "alignments": alignments}
                 start = time.perf_counter()
-                conn.request("POST", "/api/translate", json.dumps(body))
+                conn.request("POST", "/api/translate", json.dumps(body), JSON)
                 answer = conn.getresponse()
                 text = answer.read()
                 took = time.perf_counter() - start

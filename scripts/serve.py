@@ -10,6 +10,8 @@ one `error:` line and exit status 2, and so does a port that is taken.
 """
 
 import argparse
+import dataclasses
+import logging
 import socket
 import sys
 from pathlib import Path
@@ -35,6 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--device", default="auto", help="cpu, cuda, cuda:1, ... (auto: cuda if available)"
     )
     add_flags(parser, Limits)
+    parser.add_argument(
+        "--allow-origin", action="append", default=[], metavar="ORIGIN",
+        help="a site whose pages may call the API from a browser, as https://example.org (CORS; "
+        "repeat for more); without it no answer carries CORS headers",
+    )  # fmt: skip
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                         help="uvicorn's log level (info: one line per request)")  # fmt: skip
     return parser
@@ -54,8 +61,10 @@ def model_names(paths: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # the server's own errors, logged with their tracebacks and request ids (uvicorn logs the rest)
+    logging.basicConfig(format="%(levelname)s: %(name)s: %(message)s")
     try:
-        limits = Limits(args.max_batch, args.max_queue, args.max_chars, args.max_beam)
+        limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
         app = load(args, limits)
         sock = listen(args.host, args.port)
     except UserError as err:
@@ -85,7 +94,7 @@ def load(args: argparse.Namespace, limits: Limits) -> "FastAPI":  # noqa: F821
     except BaseException:
         torch_thread.close()
         raise
-    return build_app(translators, limits, torch_thread)
+    return build_app(translators, limits, torch_thread, args.allow_origin)
 
 
 def listen(host: str, port: int) -> socket.socket:

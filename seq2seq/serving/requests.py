@@ -2,14 +2,18 @@
 
 Every mistake in a request is one `RequestError` with its HTTP status and a one-line message that
 names the field, so a program (or a person with curl) can fix it without reading the server's log:
-400 for a body that is not UTF-8 JSON, 413 for one over the limits, 422 for a field of the wrong
-type or value. A sentence longer than `max_chars` is not refused but cut, with a warning in the
-answer, as `Translator` cuts a source longer than a Transformer reads.
+400 for a body that is not UTF-8 JSON, 413 for one over the limits, 415 for a body not sent as
+`application/json`, 422 for a field of the wrong type or value. The message quotes at most a short
+piece of what was sent, never Python's own text about it. A sentence longer than `max_chars` is
+not refused but cut, with a warning in the answer, as `Translator` cuts a source longer than a
+Transformer reads.
 """
 
+import email.message
 import json
+import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from seq2seq.decoding.search_config import SearchConfig
 from seq2seq.errors import UserError
@@ -28,9 +32,14 @@ class Limits:
     max_queue: int = _limit(256, "sentences waiting per model; a request past it gets 503 busy")
     max_chars: int = _limit(1000, "characters read of a sentence or reference; the rest is cut")
     max_beam: int = _limit(16, "the largest beam (and n-best) a request may ask for")
+    max_work: int = _limit(
+        20_000_000,
+        "attention cells one request may cost, summed over its sentences and models: source "
+        "subwords x output limit x (beam + hypotheses whose attention is sent back)",
+    )
 
     def __post_init__(self) -> None:
-        for name in ("max_batch", "max_chars", "max_beam"):
+        for name in ("max_batch", "max_chars", "max_beam", "max_work"):
             if getattr(self, name) < 1:
                 raise UserError(f"`{name}` must be at least 1, got {getattr(self, name)}")
         if self.max_queue < self.max_batch:
@@ -44,6 +53,14 @@ class Limits:
         """Bytes of a request body: room for `max_batch` pairs of `max_chars`-character sentences
         even as JSON's 12-byte escapes of a character outside the BMP, and 64 KiB for the rest."""
         return 64 * 1024 + 2 * self.max_batch * 12 * self.max_chars
+
+
+# A number in a body has at most this many digits: the fields take small whole numbers, and Python
+# refuses to read one of over 4,300 digits (with a message about sys.set_int_max_str_digits).
+MAX_DIGITS = 100
+
+# Which hypotheses of a search carry their attention matrices in the answer.
+Attention = Literal["best", "all"]
 
 
 class RequestError(Exception):
@@ -61,6 +78,7 @@ class TranslateRequest:
     sentences: list[str]
     search: SearchConfig
     alignments: bool
+    attention: Attention  # "best": only the best hypothesis's matrices; "all": every n-best one's
     models: list[str]
     warnings: list[str]  # one per sentence that was cut
 
@@ -75,9 +93,20 @@ class AlignRequest:
     warnings: list[str]
 
 
+def require_json(content_type: str | None) -> None:
+    """415 unless the Content-Type header says application/json (a charset may follow). A browser
+    sends a text/plain POST to another site without asking first (no CORS preflight); refusing
+    every other type means a page elsewhere cannot make a visitor's browser run a request here."""
+    header = email.message.Message()
+    header["content-type"] = content_type or ""
+    if not content_type or header.get_content_type() != "application/json":
+        got = content_type.split(";")[0].strip()[:60] if content_type else "none"
+        raise RequestError(415, f"send the body as Content-Type: application/json (got {got})")
+
+
 def parse_json(body: bytes) -> dict[str, Any]:
-    """The JSON object in `body`: 400 for bytes that are not UTF-8 or not JSON, 422 for JSON that
-    is not an object."""
+    """The JSON object in `body`: 400 for bytes that are not UTF-8 or not JSON (nested too deeply
+    to read included), 422 for JSON that is not an object or holds a number out of range."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -86,19 +115,44 @@ def parse_json(body: bytes) -> dict[str, Any]:
             400, f"the body is not UTF-8 (byte {err.start} is {byte:#04x})"
         ) from None
     try:
-        value = json.loads(text)
+        value = json.loads(
+            text, parse_int=_read_int, parse_float=_read_float, parse_constant=_not_json
+        )
     except json.JSONDecodeError as err:
         raise RequestError(
             400, f"the body is not JSON ({err.msg} at character {err.pos})"
         ) from None
+    except RecursionError:
+        raise RequestError(400, "the body is nested too deeply to read") from None
     if not isinstance(value, dict):
         raise RequestError(422, f"the body must be a JSON object, got {_kind(value)}")
     return value
 
 
+def _read_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > MAX_DIGITS:
+        raise RequestError(
+            422, f"the body holds a number of {len(digits.lstrip('-'))} digits; no field takes "
+            f"one of over {MAX_DIGITS}"
+        )  # fmt: skip
+    return int(digits)
+
+
+def _read_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 reads as inf: no field takes it
+        raise RequestError(422, f"the body holds a number out of range ({text[:20]})")
+    return value
+
+
+def _not_json(name: str) -> None:
+    """Python reads NaN and Infinity, which JSON does not have."""
+    raise RequestError(400, f"the body is not JSON ({name} is not a JSON value)")
+
+
 def translate_request(body: dict[str, Any], limits: Limits, names: list[str]) -> TranslateRequest:
     """Check a /api/translate body; `names` are the models this server has."""
-    _known_fields(body, {"sentences", "beam", "nbest", "alignments", "models"})
+    _known_fields(body, {"sentences", "beam", "nbest", "alignments", "attention", "models"})
     sentences, notes = _sentences(body, "sentences", limits)
     beam = _integer(body, "beam", 5, limits.max_beam)
     nbest = _integer(body, "nbest", 1, limits.max_beam)
@@ -106,9 +160,13 @@ def translate_request(body: dict[str, Any], limits: Limits, names: list[str]) ->
         raise RequestError(422, f"nbest ({nbest}) must not exceed beam ({beam})")
     alignments = body.get("alignments", True)
     if not isinstance(alignments, bool):
-        raise RequestError(422, f"alignments must be true or false, got {_kind(alignments)}")
+        raise RequestError(422, f"alignments must be true or false, got {_shown(alignments)}")
+    attention = body.get("attention", "best")
+    if attention not in ("best", "all"):
+        raise RequestError(422, f'attention must be "best" or "all", got {_shown(attention)}')
     search = SearchConfig(beam=beam, nbest=nbest)
-    return TranslateRequest(sentences, search, alignments, _models(body, names), notes)
+    models = _models(body, names)
+    return TranslateRequest(sentences, search, alignments, attention, models, notes)
 
 
 def align_request(body: dict[str, Any], limits: Limits, names: list[str]) -> AlignRequest:
@@ -127,9 +185,8 @@ def _known_fields(body: dict[str, Any], known: set[str]) -> None:
     """A misspelt field would otherwise be ignored without a word: 422."""
     unknown = sorted(set(body) - known)
     if unknown:
-        raise RequestError(
-            422, f"unknown field {unknown[0]!r} (this request takes {', '.join(sorted(known))})"
-        )
+        takes = ", ".join(sorted(known))
+        raise RequestError(422, f"unknown field {_cut(unknown[0])!r} (this request takes {takes})")
 
 
 def _sentences(body: dict[str, Any], name: str, limits: Limits) -> tuple[list[str], list[str]]:
@@ -143,6 +200,10 @@ def _sentences(body: dict[str, Any], name: str, limits: Limits) -> tuple[list[st
     for i, text in enumerate(value):
         if not isinstance(text, str):
             raise RequestError(422, f"{name}[{i}] must be a string, got {_kind(text)}")
+        if not text.isascii() and not _is_text(text):
+            raise RequestError(
+                422, f"{name}[{i}] holds a lone surrogate (\\ud800-\\udfff): not text"
+            )
     if not value:
         raise RequestError(422, f"{name} is empty: give at least one sentence")
     if len(value) > limits.max_batch:
@@ -160,10 +221,22 @@ def _sentences(body: dict[str, Any], name: str, limits: Limits) -> tuple[list[st
     return [text[: limits.max_chars] for text in value], warnings
 
 
+def _is_text(text: str) -> bool:
+    """False for a string with a lone surrogate, which JSON's \\ud800 escapes can make and no
+    tokenizer can read (it is not UTF-8)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _integer(body: dict[str, Any], name: str, default: int, most: int) -> int:
     value = body.get(name, default)
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
-        raise RequestError(422, f"{name} must be a whole number from 1 to {most}, got {value!r}")
+        raise RequestError(
+            422, f"{name} must be a whole number from 1 to {most}, got {_shown(value)}"
+        )
     return value
 
 
@@ -174,8 +247,22 @@ def _models(body: dict[str, Any], names: list[str]) -> list[str]:
         raise RequestError(422, f"models must be a non-empty list of names, got {_kind(asked)}")
     for name in asked:
         if name not in names:
-            raise RequestError(422, f"unknown model {name!r} (this server has {', '.join(names)})")
+            raise RequestError(
+                422, f"unknown model {_cut(name)!r} (this server has {', '.join(names)})"
+            )
     return [name for name in names if name in asked]
+
+
+def _shown(value: Any) -> str:
+    """`value` for a message: a number, true/false, null or a string (cut to 40 characters) as JSON
+    writes it; how JSON names the type of anything else."""
+    if isinstance(value, list | dict):
+        return _kind(value)
+    return _cut(json.dumps(value, ensure_ascii=False))
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _kind(value: Any) -> str:

@@ -11,10 +11,14 @@ with uvicorn) that answers
   teacher-forced reading of each reference, as `Translation.to_dict()`.
 
 Answers are `{"results": {model: [...]}, "warnings": [...]}`, or `{"error": "..."}` with a 4xx
-status for a request the server will not run (seq2seq.serving.requests) and 503 when a model's queue
-is full (seq2seq.serving.batcher). Each model has its own queue: a request for three models is three
-jobs, answered when the last is done. A client that disconnects while its request waits takes its
-jobs out of the queues.
+status for a request the server will not run (seq2seq.serving.requests; one over the work budget,
+seq2seq.serving.budget, is refused before it is queued) and 503 when a model's queue is full
+(seq2seq.serving.batcher). A POST must say `Content-Type: application/json` (415 otherwise), and
+no answer carries CORS headers unless `allow_origins` names the page's origin. An error of the
+server's own is logged with its traceback under a request id, and answered with 500 and that id
+only. Each model has its own queue: a request for three models is three jobs, answered when the
+last is done. A client that disconnects while its request waits takes its jobs out of the queues.
+The answer is written (seq2seq.serving.answers) in a worker thread, not on the event loop.
 
 Every torch call of the server (loading the checkpoints, every batch of every model) runs on one
 thread, the `TorchThread`; the event loop's thread never runs one. Torch on a CPU keeps an OpenMP
@@ -24,8 +28,9 @@ sentence gave 28.7 sentences/s instead of 48.0, of sixteen 130.2 instead of 198.
 """
 
 import asyncio
-import warnings
-from collections.abc import AsyncIterator, Callable, Hashable
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -34,21 +39,27 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from seq2seq.decoding.translator import Translator, TruncatedInput
+from seq2seq.decoding.translator import Translator
+from seq2seq.serving.answers import encode_answer, run_batch
 from seq2seq.serving.batcher import Batcher, Busy
+from seq2seq.serving.budget import align_work, check_work, translate_work
 from seq2seq.serving.requests import (
     Limits,
     RequestError,
     align_request,
     parse_json,
+    require_json,
     translate_request,
 )
 
-DIGITS = 4  # attention weights in answers: 4 decimals, as translate.py's JSON lines
 CLIENT_GONE = 499  # nginx's status for "the client closed the connection"; nobody reads it
+log = logging.getLogger(__name__)
 
 
 class TorchThread:
@@ -67,31 +78,6 @@ class TorchThread:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
-
-
-def run_batch(
-    translator: Translator, key: Hashable, items: list[Any]
-) -> list[tuple[dict[str, Any], list[str]]]:
-    """One batch of a model: `key` is ("translate", SearchConfig, alignments) with sentences as
-    `items`, or ("align",) with (sentence, reference) pairs. Per item: its `to_dict()` and the
-    details of the TruncatedInput warnings Translator gave for it."""
-    with warnings.catch_warnings(record=True) as caught:  # on the torch thread only
-        warnings.simplefilter("always", TruncatedInput)
-        if key[0] == "align":
-            sources, references = zip(*items, strict=True)
-            results = translator.align(list(sources), list(references))
-        else:
-            _, search, alignments = key
-            results = translator.translate(items, search, return_alignments=alignments)
-    notes: list[list[str]] = [[] for _ in items]
-    for warning in caught:  # ours name the sentence in this batch; others pass through unchanged
-        if isinstance(warning.message, TruncatedInput):
-            notes[warning.message.index].append(warning.message.detail)
-        else:
-            warnings.showwarning(
-                warning.message, warning.category, warning.filename, warning.lineno
-            )
-    return [(result.to_dict(DIGITS), note) for result, note in zip(results, notes, strict=True)]
 
 
 @dataclass
@@ -114,10 +100,14 @@ class ServedModel:
 
 
 def build_app(
-    translators: dict[str, Translator], limits: Limits, torch_thread: TorchThread | None = None
+    translators: dict[str, Translator],
+    limits: Limits,
+    torch_thread: TorchThread | None = None,
+    allow_origins: Sequence[str] = (),
 ) -> FastAPI:
     """The server's app over `translators` (name -> Translator), each run on `torch_thread` (the
-    thread that loaded them, say; a new one when None), which the app closes when it stops."""
+    thread that loaded them, say; a new one when None), which the app closes when it stops. Pages
+    from `allow_origins` (`https://example.org`) may call the API from a browser (CORS)."""
     runner = torch_thread or TorchThread()
     served = {
         name: ServedModel(name, translator, Batcher(
@@ -137,6 +127,12 @@ def build_app(
         await asyncio.to_thread(runner.close)
 
     app = FastAPI(title="seq2seq", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.add_middleware(AnswerInternalErrors)
+    if allow_origins:  # added last, so outermost: a 500 to an allowed page carries CORS too
+        app.add_middleware(
+            CORSMiddleware, allow_origins=list(allow_origins), allow_methods=["GET", "POST"],
+            allow_headers=["Content-Type"],
+        )  # fmt: skip
 
     @app.get("/", response_class=HTMLResponse)
     async def index() -> HTMLResponse:
@@ -148,13 +144,22 @@ def build_app(
 
     @app.post("/api/translate")
     async def translate(request: Request) -> Response:
-        asked = translate_request(parse_json(await read_body(request, limits)), limits, names)
-        key = ("translate", asked.search, asked.alignments)
+        asked = translate_request(await read_json(request, limits), limits, names)
+        attended = asked.search.nbest if asked.attention == "all" else 1
+        chosen = [served[name].translator for name in asked.models]
+        work = await run_in_threadpool(
+            translate_work, chosen, asked.sentences, asked.search, attended
+        )  # sentencepiece, a few ms for a long request: off the loop
+        check_work(work, limits)
+        key = ("translate", asked.search, asked.alignments, asked.attention)
         return await answer(request, asked.models, key, asked.sentences, asked.warnings)
 
     @app.post("/api/align")
     async def align(request: Request) -> Response:
-        asked = align_request(parse_json(await read_body(request, limits)), limits, names)
+        asked = align_request(await read_json(request, limits), limits, names)
+        chosen = [served[name].translator for name in asked.models]
+        work = await run_in_threadpool(align_work, chosen, asked.sentences, asked.references)
+        check_work(work, limits)
         pairs = list(zip(asked.sentences, asked.references, strict=True))
         return await answer(request, asked.models, ("align",), pairs, asked.warnings)
 
@@ -173,12 +178,8 @@ def build_app(
         outputs = await wait_unless_gone(request, futures)
         if outputs is None:
             return Response(status_code=CLIENT_GONE)
-        warned = list(notes)
-        for name, output in zip(chosen, outputs, strict=True):
-            for i, (_, details) in enumerate(output):
-                warned += [f"{name}: sentences[{i}]: {detail}" for detail in details]
-        results = {name: [d for d, _ in out] for name, out in zip(chosen, outputs, strict=True)}
-        return JSONResponse({"results": results, "warnings": warned})
+        body = await run_in_threadpool(render, chosen, outputs, notes)  # not on the event loop
+        return Response(body, media_type="application/json")
 
     @app.exception_handler(RequestError)
     async def refused(request: Request, err: RequestError) -> Response:
@@ -192,16 +193,60 @@ def build_app(
     async def gone(request: Request, err: ClientDisconnect) -> Response:
         return Response(status_code=CLIENT_GONE)  # left while sending its body: nothing to say
 
-    @app.exception_handler(Exception)
-    async def failed(request: Request, err: Exception) -> Response:
-        return error(500, f"internal error ({type(err).__name__}: {err})")
-
     return app
+
+
+def render(chosen: list[str], outputs: list[list[Any]], notes: list[str]) -> bytes:
+    """The answer's JSON from each chosen model's (result, warnings) per item; in a worker thread."""
+    warned = list(notes)
+    for name, output in zip(chosen, outputs, strict=True):
+        for i, (_, details) in enumerate(output):
+            warned += [f"{name}: sentences[{i}]: {detail}" for detail in details]
+    results = {name: [d for d, _ in out] for name, out in zip(chosen, outputs, strict=True)}
+    return encode_answer(results, warned)
+
+
+class AnswerInternalErrors:
+    """Middleware: an error of the server's own (not a refused request) is logged with its
+    traceback and a request id, and answered with 500 and that id only: a traceback, an exception
+    class or its message would tell a client about the server's insides and nothing it can fix.
+    (Starlette's handler for Exception answers, then raises the error again for the server to log
+    without the id; this one ends it here.)"""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception:
+            request_id = uuid.uuid4().hex[:12]
+            log.exception("request %s: %s %s failed", request_id, scope["method"], scope["path"])
+            if started:  # half an answer is out: all that is left is to end the connection
+                raise
+            message = f"internal error; the server's log has it under request id {request_id}"
+            answer = error(500, message, {"X-Request-ID": request_id})
+            await answer(scope, receive, send)
 
 
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     """The answer to a request the server did not run: `{"error": message}`."""
     return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+async def read_json(request: Request, limits: Limits) -> dict[str, Any]:
+    """The request's JSON object: 415 before reading a body not sent as application/json."""
+    require_json(request.headers.get("content-type"))
+    return parse_json(await read_body(request, limits))
 
 
 async def read_body(request: Request, limits: Limits) -> bytes:
