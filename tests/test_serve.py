@@ -6,15 +6,10 @@ waits for, not timing it hopes for. Every wait has a deadline.
 """
 
 import contextlib
-import fcntl
 import http.client
 import json
-import os
-import select
 import shutil
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -50,15 +45,31 @@ def wait_until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
         time.sleep(0.02)
 
 
-def call(base: str, path: str, body: Any = None, raw: bytes | None = None) -> tuple[int, Any]:
-    """GET `path` (no body) or POST `body` as JSON (or the bytes `raw`): status and parsed answer."""
+def call(
+    base: str, path: str, body: Any = None, raw: bytes | None = None, **headers: str
+) -> tuple[int, Any]:
+    """GET `path` (no body) or POST `body` as JSON (or the bytes `raw`, as application/json unless
+    `headers` give another Content_Type): status and parsed answer."""
+    status, _, answer = exchange(base, path, body, raw, **headers)
+    return status, json.loads(answer)
+
+
+def exchange(
+    base: str, path: str, body: Any = None, raw: bytes | None = None, method: str = "",
+    **headers: str,
+) -> tuple[int, dict[str, str], bytes]:  # fmt: skip
+    """`call`'s request (or `method`'s); status, headers (names in lower case) and the raw body.
+    Header arguments spell `-` as `_` (Content_Type="text/plain")."""
     host, port = base.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
     data = raw if raw is not None else None if body is None else json.dumps(body).encode()
+    sent = {"Content-Type": "application/json"} if data is not None else {}
+    sent |= {name.replace("_", "-"): value for name, value in headers.items()}
     try:
-        conn.request("GET" if data is None else "POST", path, body=data)
+        conn.request(method or ("GET" if data is None else "POST"), path, data, sent)
         answer = conn.getresponse()
-        return answer.status, json.loads(answer.read())
+        got = {name.lower(): value for name, value in answer.getheaders()}
+        return answer.status, got, answer.read()
     finally:
         conn.close()
 
@@ -69,13 +80,21 @@ def queued(base: str) -> int:
 
 @contextlib.contextmanager
 def live_server(
-    translators: dict[str, Translator], limits: Limits, torch_thread: TorchThread | None = None
-) -> Iterator[str]:
-    """build_app served by uvicorn in a thread on 127.0.0.1; yields its base URL."""
-    sock = socket.create_server(
-        ("127.0.0.1", 0)
-    )  # listening now: early clients wait in its backlog
-    app = build_app(translators, limits, torch_thread)
+    translators: dict[str, Translator], limits: Limits, torch_thread: TorchThread | None = None,
+    **options: Any,
+) -> Iterator[str]:  # fmt: skip
+    """build_app(translators, limits, torch_thread, **options) served by uvicorn in a thread on
+    127.0.0.1; yields its base URL."""
+    app = build_app(translators, limits, torch_thread, **options)
+    with served_app(app) as base:
+        yield base
+
+
+@contextlib.contextmanager
+def served_app(app: Any, sock: socket.socket | None = None) -> Iterator[str]:
+    """`app` served by uvicorn in a thread on `sock` (default: a new one on 127.0.0.1)."""
+    # listening from now on: early clients wait in its backlog
+    sock = sock or socket.create_server(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -144,7 +163,9 @@ def as_json(value: Any) -> Any:
 def test_translate_answers_as_translator_does(
     server: str, paths: dict[str, Path], settings: dict[str, int]
 ) -> None:
-    status, answer = call(server, "/api/translate", {"sentences": SENTENCES[:4], **settings})
+    # every hypothesis's attention, as Translator gives (by default only the best one's is sent)
+    body = {"sentences": SENTENCES[:4], "attention": "all", **settings}
+    status, answer = call(server, "/api/translate", body)
     assert status == 200 and answer["warnings"] == []
     assert list(answer["results"]) == ["gru", "transformer"]
     for name, path in paths.items():
@@ -218,7 +239,10 @@ def test_long_sentence_is_cut_with_warnings(server: str) -> None:
 def test_client_gone_while_sending_its_body(server: str) -> None:
     host, port = server.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(b"POST /api/translate HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+        sock.sendall(
+            b"POST /api/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000\r\n\r\n{"
+        )
     assert call(server, "/api/translate", GOOD)[0] == 200
 
 
@@ -255,7 +279,10 @@ def test_client_gone_while_queued_leaves_the_queue(gated: tuple[str, GatedTransl
             first = pool.submit(call, base, "/api/translate", {"sentences": ["Ein Hund"]})
             assert model.entered.wait(20)
             with socket.create_connection((host, int(port)), timeout=10) as sock:
-                head = f"POST /api/translate HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}"
+                head = (
+                    "POST /api/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                )
+                head += f"Content-Length: {len(body)}"
                 sock.sendall(head.encode() + b"\r\n\r\n" + body)
                 wait_until(lambda: queued(base) == 1)
             wait_until(lambda: queued(base) == 0)  # gone before its turn: out of the queue
@@ -399,146 +426,101 @@ def test_bad_limits_are_one_line(tiny_checkpoint: Path, capsys: Any) -> None:
     assert capsys.readouterr().err.startswith("error: --max-queue must be at least --max-batch (8)")
 
 
-# Puts the pipe ends where --remote-debugging-pipe looks (3: commands in, 4: answers out), then
-# becomes chromium; in a child process, so no fd of this one moves (sh's `3<&N` takes N < 10 only).
-ON_FDS_3_AND_4 = (
-    "import os, sys; os.dup2(int(sys.argv[1]), 3); os.dup2(int(sys.argv[2]), 4); "
-    "os.execv(sys.argv[3], sys.argv[3:])"
-)
+def chromium_page(playwright: Any) -> Any:
+    """A page in Debian's headless chromium (no browser download: Playwright drives the system's)."""
+    chromium = shutil.which("chromium")
+    assert chromium, "the browser test needs Debian's chromium: apt-get install chromium"
+    browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.set_default_timeout(20_000)  # every wait for the page has a deadline
+    return page
 
 
-def above_4(fd: int) -> int:
-    """`fd` moved to 10 or above, so that putting one pipe end on 3 cannot overwrite the other."""
-    high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
-    os.close(fd)
-    return high
+def panels_of(page: Any) -> list[list[Any]]:
+    """Per model panel: its name, heatmap cells, word links and translation."""
+    return page.eval_on_selector_all(
+        ".model",
+        """panels => panels.map(panel => [
+        panel.dataset.model,
+        panel.querySelectorAll('svg.heatmap rect[data-i]').length,
+        panel.querySelectorAll('.links line').length,
+        panel.querySelector('.translation').textContent])""",
+    )
 
 
-class DevTools:
-    """Chromium driven over its DevTools protocol on a pipe (--remote-debugging-pipe): JSON
-    messages ending in NUL, commands to the browser's fd 3, answers and events from its fd 4.
-    `open(url)` attaches to the page; `js` and `click` then act in it."""
-
-    def __init__(self, profile: Path) -> None:
-        chromium = shutil.which("chromium")
-        assert chromium, "the browser test needs Debian's chromium: apt-get install chromium"
-        to_browser, self.write = map(above_4, os.pipe())
-        self.read, from_browser = map(above_4, os.pipe())
-        self.browser = subprocess.Popen(
-            [sys.executable, "-c", ON_FDS_3_AND_4, str(to_browser), str(from_browser), chromium,
-             "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
-             f"--user-data-dir={profile}", "--window-size=1400,900", "--no-first-run",
-             "about:blank"],
-            pass_fds=(to_browser, from_browser), stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        os.close(to_browser)
-        os.close(from_browser)
-        self.next_id, self.buffer, self.session = 0, b"", None
-
-    def send(self, method: str, **params: Any) -> dict[str, Any]:
-        """Run one command (in the page, once opened) and return its result; events are dropped."""
-        self.next_id += 1
-        message = {"id": self.next_id, "method": method, "params": params}
-        if self.session:
-            message["sessionId"] = self.session
-        os.write(self.write, json.dumps(message).encode() + b"\0")
-        deadline = time.monotonic() + 30
-        while True:
-            while b"\0" not in self.buffer:
-                left = deadline - time.monotonic()
-                ready = left > 0 and select.select([self.read], [], [], left)[0]
-                assert ready, f"{method}: no answer from chromium"
-                chunk = os.read(self.read, 1 << 16)
-                assert chunk, "chromium closed its pipe"
-                self.buffer += chunk
-            raw, self.buffer = self.buffer.split(b"\0", 1)
-            answer = json.loads(raw)
-            if answer.get("id") == self.next_id:
-                assert "error" not in answer, f"{method}: {answer['error']}"
-                return answer["result"]
-
-    def open(self, url: str) -> None:
-        pages = [t for t in self.send("Target.getTargets")["targetInfos"] if t["type"] == "page"]
-        attached = self.send("Target.attachToTarget", targetId=pages[0]["targetId"], flatten=True)
-        self.session = attached["sessionId"]
-        self.send("Page.navigate", url=url)
-        wait_until(
-            lambda: self.js("location.href + ' ' + document.readyState") == f"{url} complete"
-        )
-
-    def js(self, expression: str) -> Any:
-        """The value of `expression` in the page (a promise is awaited)."""
-        result = self.send("Runtime.evaluate", expression=expression, awaitPromise=True,
-                           returnByValue=True)  # fmt: skip
-        assert "exceptionDetails" not in result, result["exceptionDetails"]
-        return result["result"].get("value")
-
-    def wait_for(self, condition: str) -> Any:
-        """The value of the JavaScript `condition` once it is truthy (20 s at most)."""
-        return self.js(WAIT_FOR.replace("CONDITION", condition))
-
-    def click(self, selector: str) -> None:
-        """A real mouse click (moved, pressed, released) on the middle of `selector`'s element."""
-        box = f"document.querySelector({selector!r}).getBoundingClientRect()"
-        x, y = self.js(f"(r => [r.x + r.width / 2, r.y + r.height / 2])({box})")
-        for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
-            self.send("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError, AssertionError):
-            self.send("Browser.close")
-        try:
-            self.browser.wait(15)
-        except subprocess.TimeoutExpired:
-            self.browser.kill()
-            self.browser.wait(15)
-        os.close(self.write)
-        os.close(self.read)
+def readout_under_pointer(page: Any, panel: int, i: int, j: int) -> str:
+    """The pointer on cell (output i, source j) of panel `panel`'s heatmap: its readout."""
+    model = page.locator(".model").nth(panel)
+    model.locator(f"svg.heatmap rect[data-i='{i}'][data-j='{j}']").hover()
+    return model.locator(".readout").text_content()
 
 
-WAIT_FOR = """new Promise((done, fail) => {
-  const start = Date.now();
-  (function poll() {
-    const value = (CONDITION);
-    if (value) done(value);
-    else if (Date.now() - start > 20000) fail(new Error("timed out waiting for the page"));
-    else setTimeout(poll, 50);
-  })();
-})"""
+# both panels show the reference as their translation: the teacher-forced answer is in
+SHOWING = """reference => [...document.querySelectorAll('.model .translation')]
+    .every(e => e.textContent === reference)"""
+
+
+def expected_panels(found: dict[str, Any]) -> list[list[Any]]:
+    return [
+        [name, len(hyp.src_tokens) * len(hyp.tgt_tokens), len(hyp.word_alignment), hyp.text]
+        for name, hyp in found.items()
+    ]
+
+
+def reading(hyp: Any, i: int, j: int) -> str:
+    """The readout the page shows for `hyp`'s cell (i, j): the answer's 4 digits."""
+    return f"{hyp.tgt_tokens[i]} ← {hyp.src_tokens[j]}: {hyp.to_dict(4)['attention'][i][j]:.4f}"
 
 
 @pytest.mark.slow
-def test_page_shows_each_models_translation_and_heatmap_in_chromium(
-    server: str, paths: dict[str, Path], tmp_path: Path
+def test_page_translates_typed_text_and_reads_references_in_chromium(
+    server: str, paths: dict[str, Path]
 ) -> None:
-    browser = DevTools(tmp_path / "profile")
-    try:
-        browser.open(server + "/")
-        browser.wait_for("document.getElementById('about').textContent.startsWith('Models: gru')")
-        browser.click("#source")
-        browser.send("Input.insertText", text=SENTENCES[0])  # as typed: one input event
-        browser.click("#go")
-        every = "[...document.querySelectorAll('.model .translation')].map(e => e.textContent)"
-        shown = browser.wait_for(f"(t => t.length === 2 && t.every(Boolean) && t)({every})")
-        panels = browser.js("""[...document.querySelectorAll('.model')].map(panel => [
-            panel.dataset.model,
-            panel.querySelectorAll('svg.heatmap rect[data-i]').length,
-            panel.querySelectorAll('.links line').length])""")
-        browser.click(".model svg.heatmap rect[data-i='1'][data-j='0']")  # the pointer on a cell
-        readout = browser.js("document.querySelector('.model .readout').textContent")
-    finally:
-        browser.close()
-    expected = {
-        name: Translator.load(path).translate([SENTENCES[0]], return_alignments=True)[0]
-        for name, path in paths.items()
+    """Typed into the page: a sentence gets each model's translation, heatmap (a cell per pair of
+    subwords, the weight under the pointer) and word links; a clicked n-best entry shows its own
+    attention; teacher-forced, each model reads the typed reference."""
+    from playwright.sync_api import sync_playwright
+
+    translators = {name: Translator.load(path) for name, path in paths.items()}
+    source, reference = PAIRS[0]
+    with sync_playwright() as playwright:
+        page = chromium_page(playwright)
+        page.goto(server + "/")
+        page.wait_for_function(
+            "document.getElementById('about').textContent.startsWith('Models: gru')"
+        )
+        page.locator("#source").press_sequentially(source)  # key by key, as typed
+        page.locator("#go").click()
+        page.wait_for_function(
+            "[...document.querySelectorAll('.model .translation')].filter(e => e.textContent)"
+            ".length === 2"
+        )
+        translated = panels_of(page)
+        pointed = readout_under_pointer(page, 0, 1, 0)
+
+        page.locator("#nbest").fill("3")  # beam 5 (the page's default), n-best 3
+        page.locator("#go").click()
+        page.wait_for_selector(".model ol.nbest li:nth-child(3)")
+        page.locator(".model").nth(0).locator("ol.nbest li").nth(2).click()
+        third = readout_under_pointer(page, 0, 0, 0)
+
+        page.locator("#forced").check()
+        page.locator("#reference").press_sequentially(reference)
+        assert page.locator("#go").text_content() == "Align"
+        page.locator("#go").click()
+        page.wait_for_function(SHOWING, arg=reference)
+        forced = panels_of(page)
+        forced_pointed = readout_under_pointer(page, 1, 0, 1)
+        address = page.evaluate("location.search")
+    found = {
+        name: t.translate([source], return_alignments=True, nbest=3)[0]
+        for name, t in translators.items()
     }  # the page asks for beam 5, the default
-    assert shown == [expected[name].text for name in ("gru", "transformer")]
-    assert panels == [
-        [name, len(hyp.src_tokens) * len(hyp.tgt_tokens), len(hyp.word_alignment)]
-        for name, hyp in expected.items()
-    ]
-    assert panels[0][2] > 0  # the trained GRU links words
-    gru = expected["gru"]
-    weight = gru.to_dict(4)["attention"][1][0]  # the page shows the answer's 4 digits
-    assert readout == f"{gru.tgt_tokens[1]} ← {gru.src_tokens[0]}: {weight:.4f}"
+    assert translated == expected_panels(found)  # n-best 3 of beam 5 leads with beam 5's best
+    assert translated[0][2] > 0  # the trained GRU links words
+    assert pointed == reading(found["gru"], 1, 0)
+    assert third == reading(found["gru"].nbest[2], 0, 0)  # the third hypothesis's own attention
+    read = {name: t.align([source], [reference])[0] for name, t in translators.items()}
+    assert forced == expected_panels(read) and [p[3] for p in forced] == [reference] * 2
+    assert forced_pointed == reading(read["transformer"], 0, 1)
+    assert "ref=" in address  # the address carries the form: a link to it runs it again
