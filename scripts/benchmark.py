@@ -48,11 +48,25 @@ class Recipe:
     share: float = 1.0
     textbook: bool = False  # fixed-size random batches instead of token-budget ones (GRU only)
     prepare: Callable[[nn.Module], nn.Module] = lambda model: model
+    compiles: bool = False  # `prepare` compiles the decoder loops (the GRU's alone)
+
+    @property
+    def for_gru_only(self) -> bool:
+        return self.compiles or self.textbook
+
+
+def compiled(model: nn.Module) -> nn.Module:
+    """The GRU with its decoder loops compiled by inductor (train.py --compile)."""
+    from seq2seq.models.fast import CompiledRNN  # imports torch's compiler: only when asked for
+
+    return CompiledRNN(model)
 
 
 PATHS = {  # one row of the table each; the reference is ~4x slower per update
     "fast": Recipe(batch_loss),
     "bf16": Recipe(batch_loss, bf16=True),
+    "compiled": Recipe(batch_loss, prepare=compiled, compiles=True),
+    "compiled-bf16": Recipe(batch_loss, bf16=True, prepare=compiled, compiles=True),
     "reference": Recipe(reference_loss, share=0.25, textbook=True),
 }
 
@@ -62,15 +76,18 @@ COLUMNS = [("tokens/s", "tokens_per_sec", 0), ("vs reference", "vs_reference", 2
            ("warm-up s", "warmup_sec", 1), ("peak GPU MB", "peak_gpu_mb", 0)]  # suffix  # fmt: skip
 
 
-def path_names(device: torch.device, cpu: dict, force_bf16: bool) -> tuple[list[str], dict]:
-    """The PATHS to run on `device`, and those skipped with the reason."""
+def path_names(
+    device: torch.device, cpu: dict, force_bf16: bool, wanted: list[str] | None = None
+) -> tuple[list[str], dict]:
+    """The PATHS to run on `device` (of `wanted`, default all), and those skipped with the reason."""
+    wanted = list(PATHS) if wanted is None else [k for k in PATHS if k in wanted]
     if device.type != "cpu" or cpu["native_bf16"] or force_bf16:
-        return list(PATHS), {}
+        return wanted, {}
     reason = (
         f"skipped: no native bf16 on this CPU ({cpu['capability']}), so autocast would emulate it; "
         "--force-bf16 runs it"
     )
-    return [k for k in PATHS if not PATHS[k].bf16], {k: reason for k in PATHS if PATHS[k].bf16}
+    return [k for k in wanted if not PATHS[k].bf16], {k: reason for k in wanted if PATHS[k].bf16}
 
 
 def progress(message: str) -> None:
@@ -149,7 +166,7 @@ def make_paths(cfg: TrainConfig, names: list[str], device: torch.device) -> tupl
     needed = cfg.model == "rnn" and any(PATHS[k].textbook for k in names)
     textbook = on(textbook_loader(train, size, cfg.max_len, cfg.seed)) if needed else []
     paths = {k: Path(PATHS[k], model_args, textbook if PATHS[k].textbook else fast, cfg)
-             for k in names if cfg.model == "rnn" or not PATHS[k].textbook}  # fmt: skip
+             for k in names if cfg.model == "rnn" or not PATHS[k].for_gru_only}  # fmt: skip
     return dm, model_args, paths
 
 
@@ -187,7 +204,7 @@ def run(args: argparse.Namespace, cfg: TrainConfig, device: torch.device) -> dic
     from seq2seq.decoding.translator import Translator
 
     started, cpu = time.perf_counter(), cpu_info()
-    names, skipped = path_names(device, cpu, args.force_bf16)
+    names, skipped = path_names(device, cpu, args.force_bf16, args.paths)
     progress(f"cpu: {describe_cpu(cpu)}; paths: {', '.join(names)}")
     dm, model_args, paths = make_paths(cfg, names, device)
     # Warm-up (allocator, Adam state, a compiler if any), timed: a compiled path's compile time.
@@ -273,9 +290,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu", help="cpu, cuda, auto (cuda when there is one)")
     p.add_argument("--json", metavar="FILE", help="also write every figure here")
     p.add_argument(
+        "--paths", nargs="+", choices=list(PATHS), default=list(PATHS), metavar="PATH",
+        help=f"the paths to time, `fast` among them: {', '.join(PATHS)} (default: all)",
+    )  # fmt: skip
+    p.add_argument(
         "--force-bf16", action="store_true", help="time bf16 on a CPU without native bf16 too"
     )
     args, rest = p.parse_known_args(argv)
+    if "fast" not in args.paths:
+        p.error("--paths must include fast: decoding and every ratio are measured against it")
     try:
         cfg, device = parse_args(rest), pick_device(args.device)
         result = run(args, cfg, device)

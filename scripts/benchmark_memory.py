@@ -178,7 +178,9 @@ def run(args: argparse.Namespace, rest: list[str], cfg: TrainConfig, device: tor
     bench, started = load_script("benchmark"), time.perf_counter()
     cpu = cpu_info() if device.type == "cpu" else None
     names, precisions, skipped = plan(bench, device, cpu, args.precisions, args.force_bf16)
-    names = [k for k in names if cfg.model == "rnn" or not bench.PATHS[k].textbook]
+    names = [k for k in names if cfg.model == "rnn" or not bench.PATHS[k].for_gru_only]
+    # A compiled path's probe would time the compiler's own memory, not training's: eager paths only.
+    names = [k for k in names if not bench.PATHS[k].compiles]
     out: dict = {"updates": args.updates, "every": args.every, "cpu": cpu, "skipped": skipped}
     out |= {"probe": {}, "train": {}}
     with tempfile.TemporaryDirectory() as tmp:

@@ -20,6 +20,7 @@ STOP_SIGNALS = [signal.SIGTERM, *(getattr(signal, f"SIG{name}") for name in typi
 
 def build_trainer(cfg: TrainConfig, callbacks: list, logger) -> "L.Trainer":  # noqa: F821
     import lightning as L
+    from lightning.pytorch.callbacks import TQDMProgressBar
 
     from seq2seq.training.runs import AtomicCheckpointIO
 
@@ -42,7 +43,9 @@ def build_trainer(cfg: TrainConfig, callbacks: list, logger) -> "L.Trainer":  # 
         max_steps=cfg.max_steps,
         accumulate_grad_batches=cfg.accumulate_grad_batches,
         logger=logger,
-        callbacks=callbacks,
+        # tqdm's bar whether or not `rich` is installed (import-linter brings it): Lightning would
+        # pick its Rich bar then, which writes nothing to a log file until the run ends.
+        callbacks=[*callbacks, TQDMProgressBar()],
         plugins=[AtomicCheckpointIO()],  # a kill during a save keeps the previous checkpoint
         num_sanity_val_steps=0,
         use_distributed_sampler=False,  # the data module shards its own token-budget batches

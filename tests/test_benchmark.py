@@ -113,11 +113,12 @@ def test_flops_per_token_matches_pytorchs_flop_counter(
 def test_quick_benchmark_writes_every_figure(tiny_corpus, tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)  # the data cache goes to ./data/cache
     out = tmp_path / "bench.json"
+    eager = [k for k in benchmark.PATHS if not benchmark.PATHS[k].compiles]  # compiled: below
     argv = ["--quick", "--data-dir", str(tiny_corpus), *TINY, "--train-updates", "12",
-            "--json", str(out), "--force-bf16"]  # every path on any CPU  # fmt: skip
+            "--json", str(out), "--force-bf16", "--paths", *eager]  # bf16 on any CPU  # fmt: skip
     assert benchmark.main(argv) == 0
     result = json.loads(out.read_text())
-    assert list(result["paths"]) == list(benchmark.PATHS)
+    assert list(result["paths"]) == eager == ["fast", "bf16", "reference"]
     for name, figures in result["paths"].items():
         for key in ("tokens_per_sec", "sec_per_update", "matmul_pct", "warmup_sec"):
             assert figures[key] > 0, (name, key)
@@ -166,7 +167,8 @@ def test_bf16_path_is_skipped_on_a_cpu_without_native_bf16() -> None:
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
     without, native = {"native_bf16": False, "capability": "AVX2"}, {"native_bf16": True}
     names, skipped = benchmark.path_names(cpu, without, force_bf16=False)
-    assert names == ["fast", "reference"] and list(skipped) == ["bf16"]
+    assert names == ["fast", "compiled", "reference"]
+    assert list(skipped) == ["bf16", "compiled-bf16"]
     assert "no native bf16" in skipped["bf16"] and "AVX2" in skipped["bf16"]
     for device, cpu_info, force in (
         (cpu, native, False),
@@ -182,8 +184,10 @@ def test_memory_benchmark_skips_bf16_like_benchmark_py_on_a_cpu_without_it() -> 
     without, native = {"native_bf16": False, "capability": "AVX2"}, {"native_bf16": True}
     asked = ["32-true", "bf16-mixed"]
     names, precisions, skipped = benchmark_memory.plan(benchmark, cpu, without, asked, False)
-    assert names == ["fast", "reference"] and precisions == ["32-true"]
-    assert list(skipped) == ["bf16", "bf16-mixed"] and "AVX2" in skipped["bf16-mixed"]
+    assert names == ["fast", "compiled", "reference"] and precisions == ["32-true"]
+    assert (
+        list(skipped) == ["bf16", "compiled-bf16", "bf16-mixed"] and "AVX2" in skipped["bf16-mixed"]
+    )
     everything = (list(benchmark.PATHS), asked, {})
     assert benchmark_memory.plan(benchmark, cpu, without, asked, True) == everything
     assert benchmark_memory.plan(benchmark, cpu, native, asked, False) == everything
@@ -199,7 +203,7 @@ def test_quick_memory_benchmark_reports_probes_runs_and_heatmaps(
     argv = ["--quick", "--updates", "4", "--data-dir", str(tiny_corpus), *TINY, "--json", str(out)]
     assert benchmark_memory.main([*argv, "--force-bf16"]) == 0  # both precisions on any CPU
     result = json.loads(out.read_text())
-    assert list(result["probe"]) == list(benchmark.PATHS)
+    assert list(result["probe"]) == [k for k in benchmark.PATHS if not benchmark.PATHS[k].compiles]
     for probe in result["probe"].values():
         assert probe["peak_rss_mb"] >= probe["rss_before_mb"] > 0
     assert list(result["train"]) == ["32-true", "bf16-mixed"]
@@ -235,3 +239,11 @@ def test_device_cuda_without_cuda_is_refused_in_one_line(script, capsys) -> None
     assert script.main(["--device", "cuda", "--quick"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("error: --device cuda") and "CUDA" in err
+
+
+def test_paths_without_fast_are_refused_in_one_line(capsys) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        benchmark.main(["--paths", "bf16"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--paths must include fast" in err[0] and "(see --help)" in err[0]
