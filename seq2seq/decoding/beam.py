@@ -62,6 +62,7 @@ def beam_search(
     fin_from = torch.zeros((B, K), dtype=torch.long, device=dev)  # (B, K) beam that emitted it
     hist_tokens, hist_from, hist_weights = [], [], []  # per step, (B, K) and (B, K, [N,] S)
     in_beam = torch.arange(2 * K, device=dev) < K  # (2K,) candidate ranks that fit in the beam
+    beams = torch.arange(K, device=dev)  # (K,)
     next_limit = int(limits.min())  # the nearest length limit among the open sentences
     for t in range(int(limits.max())):
         R = active.numel()
@@ -114,15 +115,30 @@ def beam_search(
             break
         if keep.numel() < R:
             next_limit = int(limits[active[keep]].min())
-        # Reorder the beams and drop done sentences in one index_select per state tensor.
+        # Reorder the beams and drop done sentences in one index_select per state tensor; what
+        # depends on the source alone is equal across a sentence's beams: it moves only when
+        # sentences leave.
         rows = (keep[:, None] * K + open_from[keep]).view(-1)  # (R' * K,)
-        state = reorder_state(state, rows)
+        leaving = keep.numel() < R
+        sentence_rows = (keep[:, None] * K + beams).view(-1) if leaving else None  # (R' * K,)
+        state = {
+            name: _moved(value, rows, sentence_rows, model.source_state(name))
+            for name, value in state.items()
+        }
         prev = open_tok[keep].view(-1)  # (R' * K,)
         alive = open_scores[keep]  # (R', K)
         active = active[keep]  # (R',)
     return _backtrack(
         fin_raw, fin_norm, fin_end, fin_from, hist_tokens, hist_from, hist_weights, src_lens, nbest
     )
+
+
+def _moved(value: Tensor, rows: Tensor, sentence_rows: Tensor | None, source: bool) -> Tensor:
+    """A state tensor after a step's reordering: `rows` for what hypotheses carry; `sentence_rows`
+    (None: no sentence left) for what depends on the source alone."""
+    if not source:
+        return value.index_select(0, rows)
+    return value if sentence_rows is None else value.index_select(0, sentence_rows)
 
 
 def _backtrack(

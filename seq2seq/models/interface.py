@@ -52,6 +52,12 @@ class Seq2Seq(nn.Module):
         """Args: src (B, S) ids; src_lens (B,); src_mask (B, S) bool. Returns the initial decoder state."""
         raise NotImplementedError
 
+    def source_state(self, name: str) -> bool:
+        """Whether state entry `name` depends on the source sentence alone (encoder outputs, their
+        projections, the mask): the same in every hypothesis of a sentence and never changed by `step`,
+        so beam search moves it only when sentences leave the batch, not at every reordering."""
+        return False
+
     def decode(self, state: State, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
         """Teacher-forced decoding of tgt_in (B, T). Returns features (B, T, O) and weights (B, T, [N,] S).
 

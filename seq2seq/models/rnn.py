@@ -167,6 +167,9 @@ class RNNSeq2Seq(Seq2Seq):
         with _fp32_on_cpu(src):
             return self.decoder.init_state(self.encoder(src, src_lens), src_mask)
 
+    def source_state(self, name: str) -> bool:
+        return name in ("enc_out", "proj_keys", "src_mask")
+
     def decode(self, state: State, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
         """Args: tgt_in (B, T). Returns features (B, T, E) and weights (B, T, S)."""
         with _fp32_on_cpu(tgt_in):

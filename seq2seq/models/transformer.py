@@ -134,6 +134,9 @@ class TransformerSeq2Seq(Seq2Seq):
             )
         return state
 
+    def source_state(self, name: str) -> bool:
+        return name == "memory_mask" or name.startswith(("cross_k", "cross_v"))
+
     def _decode(
         self, state: State, x: Tensor, incremental: bool
     ) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
