@@ -8,10 +8,13 @@ score, subwords and word links. `encode_answer` then rounds the matrices to DIGI
 writes the JSON, in a worker thread, never on the event loop's: a large answer takes a while to
 write, and the loop meanwhile answers everyone else. It writes a matrix row by row: json.dumps in
 C holds the GIL until it returns, so one call on the whole answer would stall the loop as surely
-as running it there, while a row is a few hundred numbers.
+as running it there, while a row is a few hundred numbers. After each row the writer hands the GIL
+to whichever thread waits for it (`time.sleep(0)`): left to the interpreter's switch interval, every
+one of the many GIL hand-offs of a small request's decoding would wait up to 5 ms behind the writer.
 """
 
 import json
+import time
 import warnings
 from collections.abc import Hashable, Iterator
 from dataclasses import replace
@@ -89,13 +92,21 @@ def encode_answer(results: dict[str, list[dict[str, Any]]], warned: list[str]) -
     return "".join(parts).encode("utf-8")
 
 
+def _rows(matrix: list[list[float]]) -> Iterator[str]:
+    """A matrix's rows as JSON, rounded to DIGITS, the GIL handed on after each."""
+    for row in matrix:
+        yield dumps([round(v, DIGITS) for v in row])
+        time.sleep(
+            0
+        )  # releases the GIL: a waiting thread takes it now, not a switch interval later
+
+
 def _hypothesis(answer: dict[str, Any]) -> Iterator[str]:
     yield "{"
     for k, (key, value) in enumerate(answer.items()):
         yield ("," if k else "") + dumps(key) + ":"
         if key in MATRICES:
-            rows = (dumps([round(v, DIGITS) for v in row]) for row in value)
-            yield "[" + ",".join(rows) + "]"
+            yield "[" + ",".join(_rows(value)) + "]"
         elif key == "nbest":
             yield "[" + ",".join("".join(_hypothesis(hyp)) for hyp in value) + "]"
         else:
