@@ -5,6 +5,7 @@ leaves stopped.json beside last.ckpt for a requeue script; the finished resume r
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -70,7 +71,9 @@ def test_sigterm_during_validation_exits_4_within_seconds_and_the_resume_validat
     assert status == STOPPED, log.read_text()[-2000:]
     assert took < 10, f"the stop took {took:.1f} s"
     last = checkpoints / "last.ckpt"
-    assert log.read_text().strip().splitlines()[-1] == (
+    # The last line as a terminal shows it: after the validation bar erased itself (\r, cursor up).
+    shown = re.split(r"\r|\x1b\[A", log.read_text().strip().splitlines()[-1])[-1].strip()
+    assert shown == (
         f"stopped by SIGTERM: saved {last} at update 5; continue with the same command and "
         f"--resume {last}"
     )
