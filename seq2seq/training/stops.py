@@ -28,6 +28,7 @@ for ever): one all-reduce of a flag per update decides it, only when there is mo
 Validation batches are agreed on the same way, on the batches every rank has (a rank may have one more).
 """
 
+import contextlib
 import json
 import signal
 import time
@@ -41,6 +42,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 from seq2seq.atomic import atomic_write_text
 from seq2seq.errors import Stopped
+from seq2seq.signals import handling
 
 MARKER = "stopped.json"  # beside last.ckpt while the run in that folder is stopped, not finished
 
@@ -68,20 +70,17 @@ class PoliteStop(Callback):
         self.budget = None if budget_minutes is None else budget_minutes * 60.0
         self.started = time.monotonic() if started is None else started
         self.requested: str | None = None  # the reason to stop, set by a handler or the budget
-        self._previous: dict[int, Any] = {}
+        self._handlers = contextlib.ExitStack()  # each install's handlers, restored in reverse
         self._step: int | None = None
         self._agreed_batches = 0  # validation batches every rank has (DDP)
 
     def install(self) -> None:
         """Take over the stop signals (again: Lightning registers its own at the start of fit)."""
-        for signum in self.signals:
-            previous = signal.signal(signum, self._note)
-            self._previous.setdefault(signum, previous)
+        self._handlers.enter_context(handling(self.signals, self._note))
 
     def restore(self) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous = {}
+        """The handlers from before the first `install` come back."""
+        self._handlers.close()
 
     def pending(self) -> str | None:
         """The reason to stop, when a stop signal has come; None otherwise."""
