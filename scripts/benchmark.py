@@ -260,7 +260,7 @@ def render(r: dict) -> str:
     rows = [["path", *(head for head, *_ in cols)]]
     rows += [[k, *(g(f[key], *fmt) for _, key, *fmt in cols)] for k, f in r["paths"].items()]
     w = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    w[0] = max(w[0], *map(len, r.get("skipped", {})))  # a skipped path's name lines up too
+    w[0] = max([w[0], *map(len, r.get("skipped", {}))])  # a skipped path's name lines up too
     skipped = [f"{k.ljust(w[0])}  {why}" for k, why in r.get("skipped", {}).items()]
     sizes = ", ".join(f"{k} {v}" for k, v in m.items() if k != "model" and v is not None)
     rates = ", ".join(f"{k} {v:,.0f}" for k, v in r["matmul"].items())
