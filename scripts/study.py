@@ -194,13 +194,15 @@ def run_all(
         nonlocal stopping
         stopping = True
 
-    with forwarding(running, then=stop):  # a scheduler's stop, passed on to every run
+    with forwarding(running, then=stop) as joined:  # a scheduler's stop, passed on to every run
         while todo or running:
             while todo and len(running) < parallel and not stopping:
                 run = todo.pop(0)
                 print(f"[{time.strftime('%H:%M:%S')}] {run.name}: {study.state(run)}", flush=True)
                 command = one_command(study, run, threads, max_minutes)
-                running[subprocess.Popen(command)] = run
+                child = subprocess.Popen(command)
+                running[child] = run
+                joined(child)  # a stop that came while it started still reaches it
             finished = [child for child in running if child.poll() is not None]
             for child in finished:
                 run = running.pop(child)

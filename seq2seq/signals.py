@@ -40,20 +40,30 @@ def forwarding(
     children: Collection[subprocess.Popen],
     signals: Iterable[int] = STOPS,
     then: Callable[[int], None] | None = None,
-) -> Iterator[None]:
+) -> Iterator[Callable[[subprocess.Popen], None]]:
     """Pass `signals` on to every child in `children` (a live collection: children started inside
     the block are included) while the block runs, so each stops in its own way; `then(signum)` is
-    called after, for the caller to note the stop."""
+    called after, for the caller to note the stop.
+
+    Yields `joined(child)`, to call once a child started in the block is in `children`: a signal that
+    came while it was being started (after Popen, before it was added) reaches it too.
+    """
+    received: list[int] = []
 
     def forward(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
         for child in list(children):
             if child.poll() is None:
                 child.send_signal(signum)
         if then is not None:
             then(signum)
 
+    def joined(child: subprocess.Popen) -> None:
+        if received and child.poll() is None:
+            child.send_signal(received[0])  # a second copy, if it raced the forward, is harmless
+
     with handling(signals, forward):
-        yield
+        yield joined
 
 
 def wait_forwarding(process: subprocess.Popen, signals: Iterable[int] = STOPS) -> int:
