@@ -390,7 +390,7 @@ FAULTS: dict[str, Setup] = {
     "a stop before training begins": signal_while_reading,
     "a full disk at a checkpoint": full_disk(os, "fsync", cache_first=True),
     "a full disk at the tokenizer": full_disk(os, "fsync"),
-    "a full disk at a split": full_disk(seq2seq.data.prepare, "_fsynced"),
+    "a full disk at a split": full_disk(seq2seq.data.prepare, "fsynced"),
     "a shard cut short": cached(cut_shard),
     "an empty `meta.json`": cached(empty_meta),
     "a damaged tokenizer": cached(cut_tokenizer),

@@ -14,6 +14,7 @@ import pytest
 
 from seq2seq.data import prepare as prep
 from seq2seq.data.datamodule import TranslationDataModule, load_split
+from seq2seq.data.shards import record_batch, split_schema
 from seq2seq.data.split_rows import SplitRows
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.errors import UserError
@@ -50,7 +51,7 @@ def test_large_vocabularies_get_uint32_ids(tiny_tokenizer: Tokenizer) -> None:
     src, tgt = ["Der hund", "Ein ball"], ["The dog", "A ball"]
     for dtype, arrow in ((np.uint16, pa.uint16()), (np.uint32, pa.uint32())):
         ids = (*tiny_tokenizer.encode_flat(src, dtype), *tiny_tokenizer.encode_flat(tgt, dtype))
-        batch = prep._record_batch(prep.Pairs(src, tgt), ids, 5, prep._schema(dtype, text=True))
+        batch = record_batch(prep.Pairs(src, tgt), ids, 5, split_schema(dtype, text=True))
         assert batch.schema.field("tgt_ids").type == pa.list_(arrow)
         assert batch.column("tgt_ids").to_pylist() == tiny_tokenizer.encode_batch(tgt)
         assert batch.column("index").to_pylist() == [5, 6]
@@ -93,7 +94,7 @@ def test_parallel_encoding_and_shards_equal_one_process(
 def test_a_crash_mid_write_leaves_no_cache_and_the_next_call_rebuilds(
     tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real, calls = prep._record_batch, []
+    real, calls = prep.record_batch, []
 
     def crash_on_third(*args: object) -> pa.RecordBatch:
         calls.append(1)
@@ -101,7 +102,7 @@ def test_a_crash_mid_write_leaves_no_cache_and_the_next_call_rebuilds(
             raise KeyboardInterrupt  # a kill in the middle of the training split
         return real(*args)
 
-    monkeypatch.setattr(prep, "_record_batch", crash_on_third)
+    monkeypatch.setattr(prep, "record_batch", crash_on_third)
     with pytest.raises(KeyboardInterrupt):
         prep.prepare(_cfg(tiny_corpus, tmp_path), chunk_size=30)
     assert list((tmp_path / "encoded").iterdir()) == []  # neither a half split nor a temporary
@@ -110,7 +111,7 @@ def test_a_crash_mid_write_leaves_no_cache_and_the_next_call_rebuilds(
     path = prep._split_path(cfg, prep.resolve_corpus("", str(tiny_corpus)), "train", tokenizer)
     killed = path.with_name(f".{path.name}.x1y2")  # what a SIGKILL would leave behind
     killed.mkdir()
-    monkeypatch.setattr(prep, "_record_batch", real)
+    monkeypatch.setattr(prep, "record_batch", real)
     rebuilt = prep.prepare(cfg, chunk_size=30)
     assert rebuilt.built and rebuilt.meta["train"]["rows"] == 200 and not killed.exists()
     assert set((tmp_path / "encoded").iterdir()) == set(rebuilt.paths.values())

@@ -60,7 +60,7 @@ def load_split(path: Path) -> Any:
     """A prepared split folder as one memory-mapped `datasets.Dataset`, with the same columns."""
     import datasets  # after lightning: its import is slow, and only needed here
 
-    from seq2seq.data.prepare import check_rows, read_meta
+    from seq2seq.data.shards import check_rows, read_meta
 
     meta = read_meta(path)
     parts = [datasets.Dataset.from_file(str(path / name)) for name in meta["shards"]]

@@ -41,12 +41,21 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-import pyarrow as pa
 
 from seq2seq.atomic import atomic_write_text, fsync_folder
 from seq2seq.data.cachelock import check_stop, exclusive, remove_orphans, temporary_name
 from seq2seq.data.corpus import CHUNK_PAIRS, CorpusSource, Pairs, resolve_corpus, stream_pairs
 from seq2seq.data.links import attach_links, encode_with_links, links_suffix
+from seq2seq.data.shards import (
+    SHARD_PAIRS,
+    DamagedSplit,
+    fsynced,
+    next_shard,
+    read_meta,
+    record_batch,
+    split_schema,
+    write_reason,
+)
 from seq2seq.data.tokenizer import (
     TRAIN_THREADS,
     Tokenizer,
@@ -77,7 +86,6 @@ class DataSettings(Protocol):
     guided_alignment: str | None
 
 
-SHARD_PAIRS = 1_000_000  # rows per shard file (~150 MB of joined Multi30k pairs)
 FORMAT = 1  # bumped when the folder layout changes, so old caches are not read
 
 
@@ -169,42 +177,6 @@ def _complete(
     return Prepared(tokenizer, file, paths, names, source.location, meta)
 
 
-class DamagedSplit(UserError):
-    """A prepared split that is not what its meta.json says (a crash soon after it was written, an
-    interrupted copy): `folder` is rebuilt."""
-
-    def __init__(self, folder: Path, problem: str) -> None:
-        super().__init__(f"{folder}: damaged ({problem}); delete it to rebuild it")
-        self.folder, self.problem = folder, problem
-
-
-def read_meta(folder: Path) -> dict[str, Any]:
-    """A split's meta.json, checked against the shards on disk (their sizes; the row counts are
-    checked where the shards are read, seq2seq.data.split_rows and seq2seq.data.datamodule.load_split)."""
-    try:
-        meta = json.loads((folder / "meta.json").read_text())
-        rows, shards = int(meta["rows"]), list(meta["shards"])
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise DamagedSplit(folder, f"meta.json unreadable: {type(err).__name__}") from None
-    sizes = meta.get("shard_bytes")  # absent in caches written before it was recorded
-    for i, name in enumerate(shards):
-        try:
-            size = (folder / name).stat().st_size
-        except OSError:
-            raise DamagedSplit(folder, f"{name} is missing") from None
-        if sizes is not None and size != sizes[i]:
-            raise DamagedSplit(folder, f"{name} has {size:,} bytes, meta.json says {sizes[i]:,}")
-    if rows < 0:
-        raise DamagedSplit(folder, f"meta.json says {rows} rows")
-    return meta
-
-
-def check_rows(folder: Path, meta: dict[str, Any], found: int) -> None:
-    """Refuse a split whose shards hold another number of rows than its meta.json says."""
-    if found != meta["rows"]:
-        raise DamagedSplit(folder, f"{found:,} rows in its shards, meta.json says {meta['rows']:,}")
-
-
 def _spm_key(cfg: DataSettings, key: str) -> str:
     return f"{key}-s{cfg.spm_sample}-r{cfg.seed}"  # the sample depends on its size and seed
 
@@ -287,7 +259,7 @@ def _encode_split(
     train = split == source.find_split("train")  # the other splits keep their raw sentences
     dtype = np.uint16 if tok.vocab_size <= 2**16 else np.uint32
     guided = train and cfg.guided_alignment is not None
-    schema = _schema(dtype, text=not train, links=guided)
+    schema = split_schema(dtype, text=not train, links=guided)
     limit = cfg.limit_train_pairs if train else None
     chunks = None
     try:
@@ -305,18 +277,18 @@ def _encode_split(
         try:
             for chunk, ids in chunks:
                 if writer is None or fill >= SHARD_PAIRS:
-                    writer, fill = _next_shard(writer, tmp, shards, schema), 0
+                    writer, fill = next_shard(writer, tmp, shards, schema), 0
                     shard_rows.append(0)
-                writer.write_batch(_record_batch(chunk, ids, rows, schema))
+                writer.write_batch(record_batch(chunk, ids, rows, schema))
                 for side in (chunk.src, chunk.tgt):
                     digest.update("\n".join(side).encode() + b"\0")
                 rows, empty, fill = rows + len(chunk), empty + chunk.empty, fill + len(chunk)
                 shard_rows[-1] += len(chunk)
             if writer is None:  # an empty split: one empty shard
-                writer = _next_shard(None, tmp, shards, schema)
+                writer = next_shard(None, tmp, shards, schema)
                 shard_rows.append(0)
             writer.close()
-            sizes = [_fsynced(tmp / name) for name in shards]
+            sizes = [fsynced(tmp / name) for name in shards]
             seconds = time.perf_counter() - start
             meta = {"rows": rows, "empty": empty, "shards": shards, "shard_rows": shard_rows,
                     "shard_bytes": sizes, "sha1": digest.hexdigest(),
@@ -326,7 +298,7 @@ def _encode_split(
         except OSError as err:  # a full disk, a quota, `ulimit -f`: nothing is published
             raise UserError(
                 f"`cache_dir` {cfg.cache_dir}: cannot write the encoded split {split!r} "
-                f"({_reason(err)})"
+                f"({write_reason(err)})"
             ) from None
         try:
             os.replace(tmp, path)  # all or nothing
@@ -340,59 +312,6 @@ def _encode_split(
         shutil.rmtree(tmp, ignore_errors=True)
     rate = f"{rows / max(seconds, 1e-9):,.0f} pairs/s, {workers} proc, {_cpu() - cpu:.0f} CPU s"
     _log(f"encoded {split}: {rows:,} pairs in {seconds:.1f} s ({rate})")
-
-
-def _reason(err: OSError) -> str:
-    """The system's words for a failed write; Arrow's errors carry the errno only in their text."""
-    if err.errno:
-        return os.strerror(err.errno)
-    found = re.search(r"\[errno (\d+)\]", str(err))
-    return os.strerror(int(found.group(1))) if found else str(err)
-
-
-def _fsynced(path: Path) -> int:
-    """Flush `path` to the disk; its size in bytes."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        return os.fstat(fd).st_size
-    finally:
-        os.close(fd)
-
-
-def _next_shard(writer: Any, folder: Path, shards: list[str], schema: pa.Schema) -> Any:
-    """Close `writer` (if any) and open the next shard file in `folder`; its name joins `shards`."""
-    if writer is not None:
-        writer.close()
-    shards.append(f"shard-{len(shards):05d}.arrow")
-    return pa.ipc.new_stream(str(folder / shards[-1]), schema)
-
-
-def _schema(dtype: type, text: bool, links: bool = False) -> pa.Schema:
-    ids, fields = pa.list_(pa.from_numpy_dtype(dtype)), [("index", pa.uint32())]
-    for side in ("src", "tgt"):
-        fields += [(f"{side}_len", pa.uint16()), (f"{side}_ids", ids)]
-    fields += [("links", pa.list_(pa.uint16()))] * links
-    return pa.schema(fields + [("src", pa.string()), ("tgt", pa.string())] * text)
-
-
-def _record_batch(
-    chunk: Pairs, ids: tuple[np.ndarray, ...], first: int, schema: pa.Schema
-) -> pa.RecordBatch:
-    """One chunk's rows; `first` is the row number (`index`) of its first pair in the split."""
-    columns = [pa.array(np.arange(first, first + len(chunk), dtype=np.uint32))]
-    for lens, flat in (ids[:2], ids[2:4]):  # source, then target: lengths (B,), ids (sum of lens,)
-        offsets = np.zeros(len(lens) + 1, np.int32)  # (B + 1,)
-        np.cumsum(lens, out=offsets[1:])
-        columns.append(pa.array(np.minimum(lens, 2**16 - 1).astype(np.uint16)))
-        columns.append(pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat)))
-    if "links" in schema.names:  # links per pair (B,), interleaved piece indices (2 x links,)
-        offsets = np.zeros(len(ids[4]) + 1, np.int32)  # (B + 1,)
-        np.cumsum(2 * ids[4], out=offsets[1:])
-        columns.append(pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids[5])))
-    if "src" in schema.names:
-        columns += [pa.array(chunk.src, pa.string()), pa.array(chunk.tgt, pa.string())]
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def _progress(

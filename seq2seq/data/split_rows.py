@@ -28,7 +28,7 @@ class SplitRows(Dataset):
     ]
 
     def __init__(self, path: Path) -> None:
-        from seq2seq.data.prepare import check_rows, read_meta
+        from seq2seq.data.shards import check_rows, read_meta
 
         meta = read_meta(path)
         shards = meta["shards"]

@@ -1,0 +1,111 @@
+"""A prepared split on disk: Arrow IPC stream shards of SHARD_PAIRS rows and the meta.json that
+names them, as seq2seq.data.prepare writes them and seq2seq.data.split_rows and the DataModule read
+them back (checked against meta.json: a split that is not what it says is a DamagedSplit).
+
+Columns: index (uint32), src_len, tgt_len (uint16, saturating), src_ids, tgt_ids (uint16 ids; uint32
+over 65,536 pieces), `links` (list<uint16>) with guided alignment, and the raw `src` and `tgt` text
+in every split but train.
+"""
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from seq2seq.data.corpus import Pairs
+from seq2seq.errors import UserError
+
+SHARD_PAIRS = 1_000_000  # rows per shard file (~150 MB of joined Multi30k pairs)
+
+
+class DamagedSplit(UserError):
+    """A prepared split that is not what its meta.json says (a crash soon after it was written, an
+    interrupted copy): `folder` is rebuilt."""
+
+    def __init__(self, folder: Path, problem: str) -> None:
+        super().__init__(f"{folder}: damaged ({problem}); delete it to rebuild it")
+        self.folder, self.problem = folder, problem
+
+
+def read_meta(folder: Path) -> dict[str, Any]:
+    """A split's meta.json, checked against the shards on disk (their sizes; the row counts are
+    checked where the shards are read, seq2seq.data.split_rows and seq2seq.data.datamodule.load_split)."""
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+        rows, shards = int(meta["rows"]), list(meta["shards"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise DamagedSplit(folder, f"meta.json unreadable: {type(err).__name__}") from None
+    sizes = meta.get("shard_bytes")  # absent in caches written before it was recorded
+    for i, name in enumerate(shards):
+        try:
+            size = (folder / name).stat().st_size
+        except OSError:
+            raise DamagedSplit(folder, f"{name} is missing") from None
+        if sizes is not None and size != sizes[i]:
+            raise DamagedSplit(folder, f"{name} has {size:,} bytes, meta.json says {sizes[i]:,}")
+    if rows < 0:
+        raise DamagedSplit(folder, f"meta.json says {rows} rows")
+    return meta
+
+
+def check_rows(folder: Path, meta: dict[str, Any], found: int) -> None:
+    """Refuse a split whose shards hold another number of rows than its meta.json says."""
+    if found != meta["rows"]:
+        raise DamagedSplit(folder, f"{found:,} rows in its shards, meta.json says {meta['rows']:,}")
+
+
+def write_reason(err: OSError) -> str:
+    """The system's words for a failed write; Arrow's errors carry the errno only in their text."""
+    if err.errno:
+        return os.strerror(err.errno)
+    found = re.search(r"\[errno (\d+)\]", str(err))
+    return os.strerror(int(found.group(1))) if found else str(err)
+
+
+def fsynced(path: Path) -> int:
+    """Flush `path` to the disk; its size in bytes."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
+def next_shard(writer: Any, folder: Path, shards: list[str], schema: pa.Schema) -> Any:
+    """Close `writer` (if any) and open the next shard file in `folder`; its name joins `shards`."""
+    if writer is not None:
+        writer.close()
+    shards.append(f"shard-{len(shards):05d}.arrow")
+    return pa.ipc.new_stream(str(folder / shards[-1]), schema)
+
+
+def split_schema(dtype: type, text: bool, links: bool = False) -> pa.Schema:
+    ids, fields = pa.list_(pa.from_numpy_dtype(dtype)), [("index", pa.uint32())]
+    for side in ("src", "tgt"):
+        fields += [(f"{side}_len", pa.uint16()), (f"{side}_ids", ids)]
+    fields += [("links", pa.list_(pa.uint16()))] * links
+    return pa.schema(fields + [("src", pa.string()), ("tgt", pa.string())] * text)
+
+
+def record_batch(
+    chunk: Pairs, ids: tuple[np.ndarray, ...], first: int, schema: pa.Schema
+) -> pa.RecordBatch:
+    """One chunk's rows; `first` is the row number (`index`) of its first pair in the split."""
+    columns = [pa.array(np.arange(first, first + len(chunk), dtype=np.uint32))]
+    for lens, flat in (ids[:2], ids[2:4]):  # source, then target: lengths (B,), ids (sum of lens,)
+        offsets = np.zeros(len(lens) + 1, np.int32)  # (B + 1,)
+        np.cumsum(lens, out=offsets[1:])
+        columns.append(pa.array(np.minimum(lens, 2**16 - 1).astype(np.uint16)))
+        columns.append(pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat)))
+    if "links" in schema.names:  # links per pair (B,), interleaved piece indices (2 x links,)
+        offsets = np.zeros(len(ids[4]) + 1, np.int32)  # (B + 1,)
+        np.cumsum(2 * ids[4], out=offsets[1:])
+        columns.append(pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids[5])))
+    if "src" in schema.names:
+        columns += [pa.array(chunk.src, pa.string()), pa.array(chunk.tgt, pa.string())]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
