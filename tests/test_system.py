@@ -3,85 +3,125 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 from seq2seq.data.tokenizer import BOS, EOS
 from seq2seq.decoding.search import greedy_search
 from seq2seq.models.attention import lengths_to_mask
 from seq2seq.models.rnn import RNNSeq2Seq
 from seq2seq.training import losses as loss
-from seq2seq.training.losses import batch_loss, smoothed_nll
+from seq2seq.training.losses import batch_loss, output_loss
 from seq2seq.training.system import lr_factor
 
 
+def chunked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks of loss.ROWS rows whatever the vocabulary: a few rows make several chunks."""
+    monkeypatch.setattr(loss, "CHUNK_LOGITS", 1)
+
+
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
-def test_smoothed_nll_equals_torch_cross_entropy(smoothing: float) -> None:
-    logits, target = torch.randn(7, 11), torch.randint(0, 11, (7,))
-    loss, nll = smoothed_nll(logits, target, smoothing)
+def test_output_loss_equals_torch_cross_entropy_of_the_output_layer(
+    smoothing: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chunked(monkeypatch)
+    torch.manual_seed(0)
+    rows, generator = torch.randn(150, 5), torch.nn.Linear(5, 11)  # chunks of 64, 64 and 22 rows
+    target = torch.randint(0, 11, (150,))
+    loss_sum, nll = output_loss(rows, generator.weight, generator.bias, target, smoothing)
+    logits = generator(rows)
     expected = F.cross_entropy(logits, target, label_smoothing=smoothing, reduction="sum")
-    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(loss_sum, expected)
     torch.testing.assert_close(nll, F.cross_entropy(logits, target, reduction="sum"))
+    assert not nll.requires_grad  # a figure to report, not to train on
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
-def test_smoothed_nll_gradients_equal_autograd_of_torch_cross_entropy(smoothing: float) -> None:
+def test_output_loss_gradients_equal_autograd_of_torch_cross_entropy(
+    smoothing: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chunked(monkeypatch)
     torch.manual_seed(3)
-    logits = torch.randn(6, 9, dtype=torch.double, requires_grad=True)
-    target = torch.randint(0, 9, (6,))
-    assert torch.autograd.gradcheck(lambda x: smoothed_nll(x, target, smoothing), (logits,))
-    loss, nll = smoothed_nll(logits, target, smoothing)
-    ours = torch.autograd.grad(0.7 * loss + 0.3 * nll, logits)[0]
-    expected = F.cross_entropy(logits, target, label_smoothing=smoothing, reduction="sum")
-    expected = 0.7 * expected + 0.3 * F.cross_entropy(logits, target, reduction="sum")
-    torch.testing.assert_close(ours, torch.autograd.grad(expected, logits)[0])
+    rows = torch.randn(70, 4, dtype=torch.double, requires_grad=True)  # two chunks
+    generator = torch.nn.Linear(4, 9).double()
+    target = torch.randint(0, 9, (70,))
+
+    def ours(rows, weight, bias):
+        return output_loss(rows, weight, bias, target, smoothing)[0]
+
+    inputs = (rows, generator.weight.detach().clone().requires_grad_(),
+              generator.bias.detach().clone().requires_grad_())  # fmt: skip
+    assert torch.autograd.gradcheck(ours, inputs)
+    got = torch.autograd.grad(0.7 * ours(*inputs), inputs)
+    theirs = F.cross_entropy(F.linear(*inputs), target, label_smoothing=smoothing, reduction="sum")
+    for a, b in zip(got, torch.autograd.grad(0.7 * theirs, inputs), strict=True):
+        torch.testing.assert_close(a, b)
 
 
-def test_smoothed_nll_of_bf16_logits_is_fp32_with_bf16_gradients() -> None:
-    logits = torch.randn(5, 7).to(torch.bfloat16).requires_grad_()
-    loss, nll = smoothed_nll(logits, torch.randint(0, 7, (5,)), 0.1)
-    assert loss.dtype == nll.dtype == torch.float32
-    loss.backward()
-    assert logits.grad.dtype == torch.bfloat16 and torch.isfinite(logits.grad.float()).all()
+def test_output_loss_without_gradients_keeps_nothing_for_backward() -> None:
+    rows, generator = torch.randn(9, 5), torch.nn.Linear(5, 11)
+    target = torch.randint(0, 11, (9,))
+    with torch.no_grad():
+        loss_sum, nll = output_loss(rows, generator.weight, generator.bias, target, 0.1)
+    assert loss_sum.grad_fn is None
+    torch.testing.assert_close(
+        loss_sum, output_loss(rows, generator.weight, generator.bias, target, 0.1)[0].detach()
+    )
 
 
-def test_padding_rows_of_the_logits_add_no_loss_and_get_no_gradient() -> None:
-    logits, target = torch.randn(5, 7, requires_grad=True), torch.randint(0, 7, (5,))
-    padded = torch.cat([logits, torch.randn(3, 7)]).detach().requires_grad_()
-    loss, nll = smoothed_nll(logits, target, 0.1)
-    loss_p, nll_p = smoothed_nll(padded, target, 0.1)
-    torch.testing.assert_close((loss_p, nll_p), (loss, nll))
-    (loss + nll).backward()
-    (loss_p + nll_p).backward()
-    torch.testing.assert_close(padded.grad[:5], logits.grad)
-    assert not padded.grad[5:].any()
+def test_under_bf16_autocast_the_output_loss_is_fp32_with_fp32_gradients() -> None:
+    rows = torch.randn(5, 6, requires_grad=True)
+    generator = torch.nn.Linear(6, 7)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss_sum, nll = output_loss(
+            rows, generator.weight, generator.bias, torch.randint(0, 7, (5,)), 0.1
+        )
+    assert loss_sum.dtype == nll.dtype == torch.float32
+    loss_sum.backward()
+    for grad in (rows.grad, generator.weight.grad, generator.bias.grad):
+        assert grad.dtype == torch.float32 and torch.isfinite(grad).all() and grad.any()
 
 
-def test_the_output_layer_sees_row_counts_in_multiples_of_rows() -> None:
-    model, batch = RNNSeq2Seq(14, 8, 16, dropout=0.0), reverse_batch()
-    seen = []
-    model.generator.register_forward_hook(lambda m, args, out: seen.append(args[0].size(0)))
-    batch_loss(model, batch, 0.1)
+class OutputLayerCalls(TorchFunctionMode):
+    """Records the rows and dtype of every F.linear call on a (vocab, ...) weight."""
+
+    def __init__(self, vocab: int) -> None:
+        super().__init__()
+        self.vocab, self.calls = vocab, []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is F.linear and args[1].size(0) == self.vocab:
+            self.calls.append((args[0].size(0), args[0].dtype))
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_output_layer_sees_row_counts_in_multiples_of_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    chunked(monkeypatch)
+    model, batch = RNNSeq2Seq(14, 8, 16, dropout=0.0), reverse_batch(n=30)
+    with OutputLayerCalls(14) as seen:
+        batch_loss(model, batch, 0.1)
     real = int(batch["tgt_mask"].sum())
-    assert seen == [-(-real // loss.ROWS) * loss.ROWS] and seen[0] > real
+    rows = [n for n, _ in seen.calls]
+    assert real > loss.ROWS and rows[:-1] == [loss.ROWS] * (len(rows) - 1)  # several chunks
+    assert rows[-1] == loss.ROWS and sum(rows) == -(-real // loss.ROWS) * loss.ROWS > real
 
 
 def test_under_cpu_bf16_autocast_only_the_output_layer_runs_in_bf16() -> None:
     model, batch = RNNSeq2Seq(14, 8, 16, dropout=0.0), reverse_batch()
     dtypes = {}
-    for name in ("encoder", "decoder", "generator"):
+    for name in ("encoder", "decoder"):
 
         def hook(module, args, out, name=name) -> None:
             dtypes.setdefault(name, out[0].dtype)
 
         getattr(model, name).register_forward_hook(hook)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast("cpu", dtype=torch.bfloat16), OutputLayerCalls(14) as seen:
         batch_loss(model, batch, 0.1)
         logits, _, _ = model.step(model.encode(batch["src"], batch["src_lens"], batch["src_mask"]),
                                   batch["tgt_in"][:, 0])  # fmt: skip
-    assert dtypes == {
-        "encoder": torch.float32,
-        "decoder": torch.float32,
-        "generator": torch.bfloat16,
-    }
+    assert dtypes == {"encoder": torch.float32, "decoder": torch.float32}
+    assert [dtype for _, dtype in seen.calls] == [torch.bfloat16, torch.float32]  # loss, search
     assert logits.dtype == torch.float32  # search: one step, all of it fp32
 
 

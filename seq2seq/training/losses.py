@@ -13,54 +13,107 @@ from torch import Tensor
 
 from seq2seq.models.interface import Seq2Seq
 
-
-def smoothed_nll(logits: Tensor, target: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
-    """Label-smoothed cross-entropy and plain NLL, both summed. logits (N', V), target (N,), N <= N':
-    rows past N are padding, with no loss and a zero gradient.
-
-    One log-softmax serves both: the loss to optimise and the NLL behind perplexity.
-    """
-    return SmoothedCrossEntropy.apply(logits, target, smoothing)
-
-
-class SmoothedCrossEntropy(torch.autograd.Function):
-    """`smoothed_nll` with a hand-written backward: one (N, V) buffer instead of autograd's chain.
-
-    Autograd would differentiate the mean, the gather and the log-softmax one after the other, each with
-    its own (N, V) tensor: with N of 2,000 tokens and V of 8,000 that is 64 MB apiece. The gradient in
-    closed form is softmax(logits) - q, with q the smoothed target distribution.
-    """
-
-    @staticmethod
-    def forward(ctx, logits: Tensor, target: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
-        # At least fp32: bf16 logits (autocast) are widened; float64 (gradcheck) stays as it is.
-        log_probs = logits.to(torch.promote_types(logits.dtype, torch.float32)).log_softmax(-1)
-        real = log_probs[: len(target)]  # (N, V)
-        nll = -real.gather(1, target.unsqueeze(1)).squeeze(1)  # (N,)
-        uniform = -real.mean(-1)  # (N,) cross-entropy against the uniform distribution
-        loss = (1.0 - smoothing) * nll + smoothing * uniform  # (N,)
-        ctx.save_for_backward(log_probs, target)
-        ctx.smoothing, ctx.logits_dtype = smoothing, logits.dtype
-        return loss.sum(), nll.sum()
-
-    @staticmethod
-    def backward(ctx, grad_loss: Tensor, grad_nll: Tensor) -> tuple[Tensor, None, None]:
-        log_probs, target = ctx.saved_tensors
-        eps, vocab = ctx.smoothing, log_probs.size(-1)
-        # d loss / d logits = p - (1 - eps) onehot - eps / V;  d nll / d logits = p - onehot.
-        grad = log_probs.exp().mul_(grad_loss + grad_nll).sub_(grad_loss * (eps / vocab))  # (N', V)
-        rows = torch.arange(len(target), device=target.device)  # (N,)
-        grad[rows, target] -= grad_loss * (1.0 - eps) + grad_nll
-        grad[len(target) :] = 0  # padding rows
-        return grad.to(ctx.logits_dtype), None, None
-
-
-# The output layer's row count is a batch's real target tokens, new with almost every batch. Under bf16
-# autocast on a CPU each new shape of that (N_tok, V) matmul is a oneDNN primitive whose memory is not
-# given back (see seq2seq.models.rnn._fp32_on_cpu for the rest of the story). Rounded up to a multiple of 64
-# (at most 63 zero rows, which get no loss: 3% at the default 2,048-token batches), at most
-# batch_tokens / 64 shapes occur.
+# The output layer works through a batch's rows this many logits at a time (16 MB in fp32): a
+# (N, V) tensor, 61 MB for 1,920 tokens and V = 8,000, is never made. glibc hands every allocation
+# over 32 MB straight to the kernel and takes it back on free, so each one page-faults in afresh:
+# about 25 ms apiece on a 2-core AVX2 EPYC, four of them an update (logits, log-probabilities,
+# their gradient, a copy). Chunks that size are reused from the heap instead. docs/benchmarks.md
+# has the profile.
+CHUNK_LOGITS = 1 << 22
+# Each chunk's row count is rounded up to a multiple of ROWS with zero rows that get no loss. Under
+# bf16 autocast on a CPU every new shape of a matmul is a oneDNN primitive whose memory is not given
+# back (see seq2seq.models.rnn._fp32_on_cpu for the rest of the story); this way at most
+# rows_per_chunk / ROWS shapes occur.
 ROWS = 64
+
+
+def rows_per_chunk(vocab: int) -> int:
+    """Rows of the output layer per chunk: CHUNK_LOGITS / vocab, a multiple of ROWS (at least ROWS)."""
+    return max(ROWS, CHUNK_LOGITS // vocab // ROWS * ROWS)
+
+
+def output_loss(
+    rows: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, smoothing: float
+) -> tuple[Tensor, Tensor]:
+    """The output layer and the label-smoothed cross-entropy in one pass, both losses summed.
+
+    Args: rows (N, O) the features of the real target positions; weight (V, O) and bias (V,) the
+    output layer's; target (N,) ids. Returns the smoothed loss (differentiable) and the plain NLL (a
+    figure to report: perplexity), in fp32 or wider.
+    """
+    need = (rows, weight) if bias is None else (rows, weight, bias)
+    grads = torch.is_grad_enabled() and any(t.requires_grad for t in need)
+    return OutputLoss.apply(rows, weight, bias, target, smoothing, grads)
+
+
+class OutputLoss(torch.autograd.Function):
+    """`output_loss`: logits, loss and gradients chunk by chunk, in the forward pass.
+
+    The loss is the last thing an update computes, so its gradients with respect to the rows, the
+    weight and the bias are known in forward, up to the one scalar backward brings. Each chunk's
+    logits become, in place, their own gradient, softmax - (1 - eps) onehot - eps / V, which two
+    matmuls carry to the rows and the weight before the next chunk's logits take their place. Autograd
+    would keep the (N, V) logits and log-probabilities from forward to backward and make (N, V)
+    gradients from them there; this keeps the (N, O) and (V, O) gradients instead.
+    """
+
+    @staticmethod
+    def forward(ctx, rows, weight, bias, target, smoothing, grads):
+        # rows (N, O), weight (V, O), bias (V,) or None, target (N,)
+        device, vocab, eps = rows.device.type, weight.size(0), smoothing
+        autocast = torch.is_autocast_enabled(device)
+        dtype = torch.get_autocast_dtype(device) if autocast else rows.dtype  # the matmuls'
+        wide = torch.promote_types(
+            dtype, torch.float32
+        )  # the softmax's: fp32 (float64 in gradcheck)
+        loss = nll = torch.zeros((), dtype=wide, device=rows.device)
+        with torch.autocast(device, enabled=False):
+            w = weight.to(dtype)  # (V, O) cast once, not once a chunk
+            b = None if bias is None else bias.to(dtype)  # (V,)
+            if grads:
+                grad_rows = torch.empty(rows.shape, dtype=wide, device=rows.device)  # (N, O)
+                grad_w = torch.zeros(weight.shape, dtype=wide, device=rows.device)  # (V, O)
+                grad_b = torch.zeros(vocab, dtype=wide, device=rows.device)  # (V,)
+            size = rows_per_chunk(vocab)
+            for start in range(0, len(rows), size):
+                tgt = target[start : start + size]  # (C,)
+                n = len(tgt)
+                part = F.pad(rows[start : start + n].to(dtype), (0, 0, 0, -n % ROWS))  # (C', O)
+                full = F.linear(part, w, b)  # (C', V)
+                logits = full[:n].to(wide)  # (C, V): a view of `full` unless autocast narrowed it
+                picked = logits.gather(1, tgt.unsqueeze(1)).squeeze(1)  # (C,)
+                mean = logits.mean(-1)  # (C,)
+                top = logits.amax(-1, keepdim=True)  # (C, 1)
+                exp = logits.sub_(top).exp_()  # (C, V) in place: exp(logit - top)
+                total = exp.sum(-1, keepdim=True)  # (C, 1)
+                lse = (top + total.log()).squeeze(1)  # (C,) log-sum-exp of the logits
+                token_nll = lse - picked  # (C,)
+                uniform = lse - mean  # (C,) cross-entropy against the uniform distribution
+                loss = loss + ((1.0 - eps) * token_nll + eps * uniform).sum()
+                nll = nll + token_nll.sum()
+                if not grads:
+                    continue
+                grad = exp.div_(total).sub_(eps / vocab)  # (C, V) in place: softmax - eps / V
+                grad[torch.arange(n, device=grad.device), tgt] -= 1.0 - eps
+                grad_b += grad.sum(0)  # (V,)
+                if grad.dtype != dtype:  # autocast: back to the matmuls' dtype, in `full`
+                    full[:n] = grad
+                full[n:] = 0  # (C', V): padding rows get no gradient
+                grad_rows[start : start + n] = (full @ w)[:n]  # (C, O)
+                grad_w += full.t() @ part  # (V, O)
+        if grads:
+            ctx.save_for_backward(grad_rows, grad_w, grad_b)
+        ctx.dtypes = rows.dtype, weight.dtype, None if bias is None else bias.dtype
+        ctx.mark_non_differentiable(nll)
+        return loss, nll
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_nll):
+        scaled = [g * grad_loss for g in ctx.saved_tensors]  # (N, O), (V, O), (V,)
+        rows, weight, bias = (
+            g.to(d) if d else None for g, d in zip(scaled, ctx.dtypes, strict=True)
+        )
+        return rows, weight, bias, None, None, None
 
 
 def batch_loss(
@@ -68,15 +121,14 @@ def batch_loss(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Teacher-forced loss of a batch: smoothed loss sum, NLL sum, real token count, attention weights.
 
-    The output layer runs once, on the real target positions only, their count rounded up to a multiple
-    of ROWS: the few zero rows keep the number of shapes it sees small (see ROWS).
+    The output layer runs on the real target positions only (`output_loss`).
     """
     state = model.encode(batch["src"], batch["src_lens"], batch["src_mask"])
     features, weights = model.decode(state, batch["tgt_in"])  # (B, T, O), (B, T, [N,] S)
     mask = batch["tgt_mask"]  # (B, T)
     rows = features[mask]  # (N_tok, O)
-    logits = model.generator(F.pad(rows, (0, 0, 0, -len(rows) % ROWS)))  # (N', V), N' = N_tok + pad
-    loss_sum, nll_sum = smoothed_nll(logits, batch["tgt_out"][mask], label_smoothing)
+    out, target = model.generator, batch["tgt_out"][mask]  # (V, O) layer, (N_tok,)
+    loss_sum, nll_sum = output_loss(rows, out.weight, out.bias, target, label_smoothing)
     return loss_sum, nll_sum, mask.sum(), weights
 
 
