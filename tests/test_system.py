@@ -82,16 +82,20 @@ def test_under_bf16_autocast_the_output_loss_is_fp32_with_fp32_gradients() -> No
 
 
 class OutputLayerCalls(TorchFunctionMode):
-    """Records the rows and dtype of every F.linear call on a (vocab, ...) weight."""
+    """Records the rows and input dtype of every matmul that makes (rows, vocab) logits."""
+
+    MATMULS = (F.linear, torch.mm, torch.addmm)
 
     def __init__(self, vocab: int) -> None:
         super().__init__()
         self.vocab, self.calls = vocab, []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func is F.linear and args[1].size(0) == self.vocab:
-            self.calls.append((args[0].size(0), args[0].dtype))
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        if func in self.MATMULS and out.dim() == 2 and out.size(1) == self.vocab:
+            rows = args[1] if func is torch.addmm else args[0]  # (rows, O)
+            self.calls.append((rows.size(0), rows.dtype))
+        return out
 
 
 def test_the_output_layer_sees_row_counts_in_multiples_of_rows(

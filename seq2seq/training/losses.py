@@ -75,11 +75,18 @@ class OutputLoss(torch.autograd.Function):
                 grad_w = torch.zeros(weight.shape, dtype=wide, device=rows.device)  # (V, O)
                 grad_b = torch.zeros(vocab, dtype=wide, device=rows.device)  # (V,)
             size = rows_per_chunk(vocab)
+            # One (C', V) buffer for every chunk's logits: each new one would be written to fresh pages.
+            buffer = torch.empty(min(size, -(-len(rows) // ROWS) * ROWS), vocab, dtype=dtype,
+                                 device=rows.device)  # fmt: skip
             for start in range(0, len(rows), size):
                 tgt = target[start : start + size]  # (C,)
                 n = len(tgt)
                 part = F.pad(rows[start : start + n].to(dtype), (0, 0, 0, -n % ROWS))  # (C', O)
-                full = F.linear(part, w, b)  # (C', V)
+                full = buffer[: len(part)]  # (C', V)
+                if b is None:
+                    torch.mm(part, w.t(), out=full)
+                else:
+                    torch.addmm(b, part, w.t(), out=full)
                 logits = full[:n].to(wide)  # (C, V): a view of `full` unless autocast narrowed it
                 picked = logits.gather(1, tgt.unsqueeze(1)).squeeze(1)  # (C,)
                 mean = logits.mean(-1)  # (C,)
