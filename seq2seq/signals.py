@@ -19,9 +19,20 @@ def restoring(signals: Iterable[int]) -> Iterator[dict]:
     previous = {signum: signal.getsignal(signum) for signum in signals}
     try:
         yield previous
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
+    except GeneratorExit:
+        # Dropped without being exited (its owner forgot to close it, and the garbage collector
+        # closes it now): putting the old handlers back at whatever moment that happens would take
+        # the signals away from whoever handles them by then, such as a later run in this process.
+        raise
+    except BaseException:
+        _put_back(previous)
+        raise
+    _put_back(previous)
+
+
+def _put_back(handlers: dict) -> None:
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
 
 
 @contextlib.contextmanager

@@ -1,6 +1,7 @@
 """seq2seq.signals: handlers given back after a block, stops passed on to children, including one
 that came while a child was being started."""
 
+import gc
 import os
 import signal
 import subprocess
@@ -32,6 +33,18 @@ def test_handlers_come_back_however_the_block_ends() -> None:
     with restoring([signal.SIGUSR1]):
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     assert signal.getsignal(signal.SIGUSR1) is before
+
+
+def test_a_block_dropped_without_exit_leaves_later_handlers_alone() -> None:
+    noted = []
+    with handling([signal.SIGUSR1], lambda signum, frame: noted.append("first")):
+        forgotten = handling([signal.SIGUSR1], signal.SIG_IGN)
+        forgotten.__enter__()  # entered, never exited: its owner stopped early
+        with handling([signal.SIGUSR1], lambda signum, frame: noted.append("later")):
+            del forgotten
+            gc.collect()  # the dropped block is closed now, in the middle of the later one
+            os.kill(os.getpid(), signal.SIGUSR1)
+    assert noted == ["later"]
 
 
 def test_a_stop_reaches_children_at_work_and_one_started_after_it() -> None:
