@@ -145,85 +145,95 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
     # SLURM handler (which writes hpc_ckpt files --resume never reads) finds the signal taken.
     stop = PoliteStop(ckpt_dir, cfg.stop_signal, cfg.max_minutes, started)
     stop.install()
-    callbacks = [
-        *checkpoint_callbacks(ckpt_dir, cfg.keep_best),
-        stop,
-        TokensPerSecond(),
-        NonFiniteLossGuard(),
-        AlignmentErrorRate(),  # val/aer, when the corpus has a gold <val split>.align file
-    ]
-    if cfg.heatmap_every > 0:
-        callbacks.append(AttentionHeatmaps(cfg.heatmap_every, cfg.heatmap_sentences))
-    if cfg.patience > 0:
-        callbacks.append(EarlyStopping("val/bleu", mode="max", patience=cfg.patience))
-    try:  # Lightning judges the hardware flags here: still before any data work
-        trainer = build_trainer(cfg, callbacks, logger)
-    except Exception as err:  # its exceptions vary (MisconfigurationException, ValueError, ...)
-        hardware = ("accelerator", "devices", "strategy", "precision", "num_nodes")
-        raise trainer_error(err, {name: getattr(cfg, name) for name in hardware}) from None
-    if checkpoint is not None:
-        check_same_order(cfg, trainer.world_size, checkpoint, ckpt_path)
-    if slow and trainer.is_global_zero:
-        print(slow, file=sys.stderr)
-    L.seed_everything(cfg.seed, workers=True, verbose=False)
-    dm = TranslationDataModule(cfg)
-    try:  # a stop ends the preparation between chunks, or the wait for another builder's lock
-        prepare(cfg, dm.test_split, stop=stop.pending)
-    except Stopped as stopped:
-        if trainer.is_global_zero:
-            stop.mark(stopped, resumed_step)  # a resumed run is still stopped at its checkpoint
-        raise
-    dm.setup("fit")
-    # The vocabulary size is known only now that the tokenizer exists.
-    model = build_model(model_args_from(cfg, dm.vocab_size))
-    system = TranslationSystem(
-        model,
-        dm.tokenizer,
-        lr=cfg.lr,
-        lr_schedule=cfg.lr_schedule,
-        warmup_steps=cfg.warmup_steps,
-        min_lr_ratio=cfg.min_lr_ratio,
-        label_smoothing=cfg.label_smoothing,
-        clip_norm=cfg.clip_norm,
-        val_beam=cfg.val_beam,
-        corpus={"dataset": cfg.dataset, "data_dir": cfg.data_dir, "src": cfg.src, "tgt": cfg.tgt},
-        compile=cfg.compile,
-        guided_alignment_weight=cfg.guided_alignment_weight if cfg.guided_alignment else 0.0,
-        guided_alignment_cost=cfg.guided_alignment_cost,
-    )
-    if checkpoint is not None:
-        check_same_corpus(dm, checkpoint, ckpt_path)
-        check_fits(system, dm.tokenizer.to_bytes(), checkpoint, ckpt_path)
-        checkpoint = None  # fit reloads it; free memory
-        warnings.filterwarnings("ignore", ".*exists and is not empty.*")  # it is ours, resumed
-        # The data module resumes mid-epoch itself (its state_dict), which Lightning cannot see.
-        warnings.filterwarnings("ignore", ".*dataloader is not resumable.*")
-    logger.log_hyperparams(dataclasses.asdict(cfg))  # the whole flag set, in hparams.yaml
-    if trainer.is_global_zero:
-        if ckpt_path is not None:
-            remove_stale_temporaries(ckpt_dir)  # left by a kill during a save
-            print(f"Resuming {ckpt_path} at step {resumed_step}")
-        print(
-            f"Logging to {logger.log_dir}; watch it with:\n"
-            f"  tensorboard --logdir {folder.save_dir} --samples_per_plugin images=1000"
-        )
-    if stop.requested:  # asked to stop while the data was read: nothing new to save
-        stopped = Stopped(stop.requested, None, None)
-        if trainer.is_global_zero:
-            stop.mark(stopped, resumed_step)
-        raise stopped
     try:
-        trainer.fit(system, datamodule=dm, ckpt_path=ckpt_path)
-    except SIGTERMException:  # Lightning's handler, in the moment before PoliteStop takes over
-        raise Stopped("stopped by SIGTERM", None, None) from None
+        callbacks = [
+            *checkpoint_callbacks(ckpt_dir, cfg.keep_best),
+            stop,
+            TokensPerSecond(),
+            NonFiniteLossGuard(),
+            AlignmentErrorRate(),  # val/aer, when the corpus has a gold <val split>.align file
+        ]
+        if cfg.heatmap_every > 0:
+            callbacks.append(AttentionHeatmaps(cfg.heatmap_every, cfg.heatmap_sentences))
+        if cfg.patience > 0:
+            callbacks.append(EarlyStopping("val/bleu", mode="max", patience=cfg.patience))
+        try:  # Lightning judges the hardware flags here: still before any data work
+            trainer = build_trainer(cfg, callbacks, logger)
+        except Exception as err:  # its exceptions vary (MisconfigurationException, ValueError, ...)
+            hardware = ("accelerator", "devices", "strategy", "precision", "num_nodes")
+            raise trainer_error(err, {name: getattr(cfg, name) for name in hardware}) from None
+        if checkpoint is not None:
+            check_same_order(cfg, trainer.world_size, checkpoint, ckpt_path)
+        if slow and trainer.is_global_zero:
+            print(slow, file=sys.stderr)
+        L.seed_everything(cfg.seed, workers=True, verbose=False)
+        dm = TranslationDataModule(cfg)
+        try:  # a stop ends the preparation between chunks, or the wait for another builder's lock
+            prepare(cfg, dm.test_split, stop=stop.pending)
+        except Stopped as stopped:
+            if trainer.is_global_zero:
+                stop.mark(stopped, resumed_step)  # a resumed run is still stopped at its checkpoint
+            raise
+        dm.setup("fit")
+        # The vocabulary size is known only now that the tokenizer exists.
+        model = build_model(model_args_from(cfg, dm.vocab_size))
+        system = TranslationSystem(
+            model,
+            dm.tokenizer,
+            lr=cfg.lr,
+            lr_schedule=cfg.lr_schedule,
+            warmup_steps=cfg.warmup_steps,
+            min_lr_ratio=cfg.min_lr_ratio,
+            label_smoothing=cfg.label_smoothing,
+            clip_norm=cfg.clip_norm,
+            val_beam=cfg.val_beam,
+            corpus={
+                "dataset": cfg.dataset,
+                "data_dir": cfg.data_dir,
+                "src": cfg.src,
+                "tgt": cfg.tgt,
+            },
+            compile=cfg.compile,
+            guided_alignment_weight=cfg.guided_alignment_weight if cfg.guided_alignment else 0.0,
+            guided_alignment_cost=cfg.guided_alignment_cost,
+        )
+        if checkpoint is not None:
+            check_same_corpus(dm, checkpoint, ckpt_path)
+            check_fits(system, dm.tokenizer.to_bytes(), checkpoint, ckpt_path)
+            checkpoint = None  # fit reloads it; free memory
+            warnings.filterwarnings("ignore", ".*exists and is not empty.*")  # it is ours, resumed
+            # The data module resumes mid-epoch itself (its state_dict), which Lightning cannot see.
+            warnings.filterwarnings("ignore", ".*dataloader is not resumable.*")
+        logger.log_hyperparams(dataclasses.asdict(cfg))  # the whole flag set, in hparams.yaml
+        if trainer.is_global_zero:
+            if ckpt_path is not None:
+                remove_stale_temporaries(ckpt_dir)  # left by a kill during a save
+                print(f"Resuming {ckpt_path} at step {resumed_step}")
+            print(
+                f"Logging to {logger.log_dir}; watch it with:\n"
+                f"  tensorboard --logdir {folder.save_dir} --samples_per_plugin images=1000"
+            )
+        if stop.requested:  # asked to stop while the data was read: nothing new to save
+            stopped = Stopped(stop.requested, None, None)
+            if trainer.is_global_zero:
+                stop.mark(stopped, resumed_step)
+            raise stopped
+        try:
+            trainer.fit(system, datamodule=dm, ckpt_path=ckpt_path)
+        except SIGTERMException:  # Lightning's handler, in the moment before PoliteStop takes over
+            raise Stopped("stopped by SIGTERM", None, None) from None
+        finally:
+            # Lightning leaves its progress bars open when fit raises (a diverged run, a crash): close
+            # them, or their last state is printed at interpreter exit, after our one-line error.
+            for name in ("_train_progress_bar", "_val_progress_bar"):
+                bar = getattr(trainer.progress_bar_callback, name, None)
+                if bar is not None:
+                    bar.close()
+        return 0
     finally:
-        # Lightning leaves its progress bars open when fit raises (a diverged run, a crash): close
-        # them, or their last state is printed at interpreter exit, after our one-line error.
-        for name in ("_train_progress_bar", "_val_progress_bar"):
-            bar = getattr(trainer.progress_bar_callback, name, None)
-            if bar is not None:
-                bar.close()
-    return 0
+        # Also after a refusal or a stop before fit: a dead run's handler left in place would swallow
+        # this process's next stop signal.
+        stop.restore()
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 update saves last.ckpt on the update's boundary, says so in one line and exits with status 4; the same
 command with --resume then ends where a run that was never stopped ends, weights bit for bit."""
 
+import gc
 import os
 import re
 import signal
@@ -14,7 +15,8 @@ import pytest
 import torch
 
 from seq2seq.errors import STOPPED
-from tests.conftest import tiny_train_args
+from seq2seq.signals import handling
+from tests.conftest import load_script, tiny_train_args
 
 TRAIN = Path(__file__).resolve().parents[1] / "scripts" / "train.py"
 # Two batches an update, so a signal can land in the middle of one; no validation checkpoint comes
@@ -135,3 +137,27 @@ def test_an_abbreviated_flag_is_refused_in_one_line_with_status_2(tmp_path: Path
     assert done.stderr.splitlines() == [
         "train.py: error: unrecognized arguments: --scor additive (see --help)"
     ]
+
+
+def test_after_a_run_stopped_before_training_the_next_handler_hears_its_signal(
+    tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from seq2seq.data.datamodule import TranslationDataModule
+
+    monkeypatch.chdir(tmp_path)
+    setup = TranslationDataModule.setup
+
+    def reading(self: TranslationDataModule, stage: str | None = None) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # noted by the run's handler: no training starts
+        setup(self, stage)
+
+    monkeypatch.setattr(TranslationDataModule, "setup", reading)
+    train, noted = load_script("train"), []
+    with handling([signal.SIGUSR1], lambda signum, frame: noted.append("before")):
+        assert train.main(tiny_train_args(tiny_corpus, tmp_path / "runs")) == STOPPED
+        # The next run in this process takes the signal over; whatever the stopped run left
+        # behind (its handlers, their restoring) must not take it back, now or when collected.
+        with handling([signal.SIGUSR1], lambda signum, frame: noted.append("next")):
+            gc.collect()
+            os.kill(os.getpid(), signal.SIGUSR1)
+    assert noted == ["next"]
