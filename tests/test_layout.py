@@ -15,7 +15,6 @@ from tests.conftest import load_script, tiny_train_args, write_corpus
 ROOT = Path(__file__).resolve().parents[1]
 BASICS = {"__init__", "errors", "atomic", "checkpoint", "cli", "machine", "signals"}
 FOLDERS = {"models", "data", "alignment", "decoding", "training", "study", "serving"}
-PREMOVE = ROOT / "tests" / "fixtures" / "premove-gru-last.ckpt"
 
 
 def lint_imports(package_parent: Path) -> subprocess.CompletedProcess:
@@ -67,29 +66,31 @@ def test_each_concept_has_its_folder_and_only_the_basics_stay_on_top() -> None:
         assert "May import" in (package / folder / "__init__.py").read_text("utf-8")
 
 
-def test_a_checkpoint_written_before_the_move_loads_and_translates() -> None:
-    model, tokenizer = load_model(PREMOVE)
+def test_a_checkpoint_written_before_the_move_loads_and_translates(
+    premove_checkpoint: Path,
+) -> None:
+    model, tokenizer = load_model(premove_checkpoint)
     assert model.model_args["hidden_size"] == 32 and tokenizer.vocab_size == 100
-    translations = Translator.load(PREMOVE).translate(["Ein Hund läuft im Park"])
+    translations = Translator.load(premove_checkpoint).translate(["Ein Hund läuft im Park"])
     assert len(translations) == 1 and isinstance(translations[0].text, str)
     # The weights are the saved ones, not a fresh initialisation.
-    saved = torch.load(PREMOVE, weights_only=True)["state_dict"]
+    saved = torch.load(premove_checkpoint, weights_only=True)["state_dict"]
     for name, value in model.state_dict().items():
         assert torch.equal(value, saved[f"model.{name}"]), name
 
 
 def test_a_run_saved_before_the_move_resumes_to_its_new_end(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, premove_checkpoint: Path
 ) -> None:
     monkeypatch.chdir(tmp_path)  # the data cache goes to ./data/cache
     corpus = write_corpus(tmp_path / "corpus")  # the fixture's corpus: seeded, the same pairs
     runs = tmp_path / "runs"
     args = tiny_train_args(corpus, runs, "--max-steps", "30", "--max-epochs", "1000",
-                           "--val-every", "10", "--seed", "1", "--resume", str(PREMOVE))  # fmt: skip
+                           "--val-every", "10", "--seed", "1", "--resume", str(premove_checkpoint))  # fmt: skip
     assert load_script("train").main(args) == 0
     last = torch.load(next(runs.rglob("last.ckpt")), weights_only=True)
     assert last["global_step"] == 30
-    before = torch.load(PREMOVE, weights_only=True)
+    before = torch.load(premove_checkpoint, weights_only=True)
     assert before["global_step"] == 20
     moved = [k for k in last["state_dict"] if not torch.equal(last["state_dict"][k],
                                                               before["state_dict"][k])]  # fmt: skip

@@ -90,15 +90,14 @@ def test_relative_paths_are_the_callers_and_saved_relative_to_the_checkout(tmp_p
     check_spec(spec)  # the resolved files are found from here too
 
 
-def test_status_reads_a_checkpoint_with_weights_only(tmp_path):
+def test_status_reads_a_checkpoint_with_weights_only(tmp_path, premove_checkpoint):
     """`status` reads global_step and lr_horizon of last.ckpt under weights_only=True (mmap)."""
     import shutil
 
     study = Study(tmp_path / "study", tmp_path / "work")
     run = Run("a", 1)
     study.last_checkpoint(run).parent.mkdir(parents=True)
-    fixture = Path(__file__).parent / "fixtures" / "premove-gru-last.ckpt"
-    shutil.copyfile(fixture, study.last_checkpoint(run))
+    shutil.copyfile(premove_checkpoint, study.last_checkpoint(run))
     assert study.state(run) == "partial"
     assert study.progress(run).startswith("update 20 of 20 (100%) in last.ckpt, saved ")
 
