@@ -2,7 +2,9 @@ import math
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
+from seq2seq.models import attention
 from seq2seq.models.attention import (
     AdditiveEnergy,
     AdditiveScorer,
@@ -149,3 +151,49 @@ def test_additive_scores_and_gradients_agree_on_both_sides_of_the_recompute_leng
     torch.testing.assert_close(kept, recomputed)
     for a, b in zip(kept_grads, recomputed_grads, strict=True):
         torch.testing.assert_close(a, b)
+
+
+class EnergySizes(TorchFunctionMode):
+    """Records the size of every (rows, S, A) energy tensor put through the sigmoid."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in (torch.sigmoid, torch.Tensor.sigmoid, torch.Tensor.sigmoid_):
+            self.sizes.append(out.numel())
+        return out
+
+
+@pytest.mark.parametrize("rows_per_chunk", [1, 2, 5])
+def test_additive_scores_without_gradients_come_in_chunks_equal_to_the_whole(
+    monkeypatch: pytest.MonkeyPatch, rows_per_chunk: int
+) -> None:
+    torch.manual_seed(5)
+    B, S, A = 5, 3, 4  # 2 rows a chunk: chunks of 2, 2 and 1
+    scorer = AdditiveScorer(query_size=6, key_size=4, attn_size=A)
+    query, keys = torch.randn(B, 6), torch.randn(B, S, 4)
+    proj_keys = scorer.project_keys(keys).detach()  # (B, S, A)
+    whole = scorer(query, proj_keys).detach()  # gradients on: one (B, S, A) energy tensor
+    monkeypatch.setattr(attention, "SCORE_CHUNK", rows_per_chunk * S * A)
+    with torch.no_grad(), EnergySizes() as seen:
+        chunked = scorer(query, proj_keys)  # (B, S)
+    assert seen.sizes == [rows_per_chunk * S * A] * (B // rows_per_chunk) + [
+        (B % rows_per_chunk) * S * A
+    ] * (B % rows_per_chunk > 0)
+    torch.testing.assert_close(chunked, whole)
+
+
+def test_additive_scores_without_gradients_under_bf16_autocast_match_the_whole() -> None:
+    torch.manual_seed(6)
+    scorer = AdditiveScorer(8, 8, 16)
+    keys, query = torch.randn(3, 5, 8), torch.randn(3, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        proj_keys = scorer.project_keys(keys).detach()  # (B, S, A) in bf16
+        whole = scorer(query, proj_keys).detach()
+        with torch.no_grad():
+            chunked = scorer(query, proj_keys)
+    assert chunked.dtype == whole.dtype == torch.bfloat16
+    torch.testing.assert_close(chunked, whole, atol=0.05, rtol=0.02)
