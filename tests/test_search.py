@@ -12,6 +12,7 @@ from seq2seq.decoding.search import (
     greedy_search,
     translate_batch,
 )
+from seq2seq.decoding.search_config import NEVER, step_log_probs
 from seq2seq.errors import UserError
 from seq2seq.models.attention import lengths_to_mask
 from seq2seq.models.interface import State
@@ -169,3 +170,14 @@ def test_weights_cover_each_output_token_and_sum_to_one(beam: int, heads: bool) 
     for ids, weights, n in zip(hyps.tokens, hyps.weights, lens.tolist(), strict=True):
         assert weights.shape == ((len(ids) + 1, 2, n) if heads else (len(ids) + 1, n))
         torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_step_log_probs_are_the_log_softmax_with_never_banned(dtype: torch.dtype) -> None:
+    torch.manual_seed(7)
+    logits = (torch.randn(6, V) * 4).to(dtype)  # (B, V)
+    expected = logits.float().log_softmax(-1)  # computed first: the fp32 logits are overwritten
+    expected[:, list(NEVER)] = -torch.inf
+    got = step_log_probs(logits)
+    assert got.dtype == torch.float32
+    assert torch.equal(got, expected)

@@ -17,7 +17,12 @@ import torch
 from torch import Tensor
 
 from seq2seq.data.tokenizer import BOS, EOS, PAD
-from seq2seq.decoding.search_config import NEVER, Hypotheses, SearchConfig, output_limits
+from seq2seq.decoding.search_config import (
+    Hypotheses,
+    SearchConfig,
+    output_limits,
+    step_log_probs,
+)
 from seq2seq.models.interface import Seq2Seq, reorder_state
 
 
@@ -68,8 +73,7 @@ def beam_search(
         R = active.numel()
         logits, weights, state = model.step(state, prev)  # (R * K, V), (R * K, [N,] S)
         V = logits.size(-1)
-        log_probs = logits.float().log_softmax(-1)  # (R * K, V)
-        log_probs[:, NEVER] = -torch.inf
+        log_probs = step_log_probs(logits)  # (R * K, V)
         if t + 1 >= next_limit:  # known on the host: most steps have no sentence at its limit
             # A row at its sentence's length limit may only end: EOS is all it can emit.
             at_limit = (limits[active] <= t + 1).repeat_interleave(K)  # (R * K,)

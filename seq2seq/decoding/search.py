@@ -14,7 +14,12 @@ from torch import Tensor
 
 from seq2seq.data.tokenizer import BOS, EOS, PAD
 from seq2seq.decoding.beam import beam_search, gnmt_penalty
-from seq2seq.decoding.search_config import NEVER, Hypotheses, SearchConfig, output_limits
+from seq2seq.decoding.search_config import (
+    Hypotheses,
+    SearchConfig,
+    output_limits,
+    step_log_probs,
+)
 from seq2seq.models.interface import Seq2Seq
 
 __all__ = [
@@ -51,8 +56,7 @@ def greedy_search(
     tokens, weights = [], []
     for t in range(int(limits.max())):
         logits, alpha, state = model.step(state, prev)  # (B, V), (B, [N,] S)
-        log_probs = logits.float().log_softmax(-1)  # (B, V)
-        log_probs[:, NEVER] = -torch.inf
+        log_probs = step_log_probs(logits)  # (B, V)
         prev = log_probs.argmax(-1)  # (B,)
         prev = prev.masked_fill(limits <= t + 1, EOS)  # a sentence at its limit ends here
         prev = prev.masked_fill(finished, PAD)

