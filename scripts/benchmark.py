@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import cycle
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -200,13 +201,35 @@ def figures(name: str, rounds: list[dict]) -> dict:
     }
 
 
-def run(args: argparse.Namespace, cfg: TrainConfig, device: torch.device) -> dict:
+def decoding(args: argparse.Namespace, dm: Any, fast: Path, device: torch.device) -> dict:
+    """Decoding speed, measured before any path's windows: as in a process that translates only.
+
+    After the textbook path's windows the same search ran faster than in a fresh process (the beam
+    search of commit 5b01725 at 105-107 sentences/s against 68-71, the shared checkpoint, a 2-core
+    AVX2 EPYC), which is not what evaluate.py, translate.py or the server meet.
+    """
     from seq2seq.decoding.translator import Translator
 
+    if not args.checkpoint and fast.updates < args.train_updates:
+        progress(f"training the fast model to {args.train_updates} updates, then decoding")
+    while not args.checkpoint and fast.updates < args.train_updates:
+        fast.step(next(fast.batches)[0])
+    load = args.checkpoint and Translator.load(args.checkpoint, device)
+    translator = load or Translator(fast.model, dm.tokenizer, device)  # eval mode while decoding
+    n = 100 if args.quick else None  # validation sentences decoded
+    sources, refs = dm.sources("val")[:n], dm.references("val")[:n]
+    progress(f"decoding {len(sources):,} validation sentences, greedy and beam 5")
+    speed = decode_speed(translator, sources, refs, 1 if args.quick else 2)
+    fast.model.train()  # the windows train it on
+    return speed | {"trained_updates": fast.updates}
+
+
+def run(args: argparse.Namespace, cfg: TrainConfig, device: torch.device) -> dict:
     started, cpu = time.perf_counter(), cpu_info()
     names, skipped = path_names(device, cpu, args.force_bf16, args.paths)
     progress(f"cpu: {describe_cpu(cpu)}; paths: {', '.join(names)}")
     dm, model_args, paths = make_paths(cfg, names, device)
+    decode = decoding(args, dm, paths["fast"], device)
     # Warm-up (allocator, Adam state, a compiler if any), timed: a compiled path's compile time.
     warmup = {k: p.window(1)["sec"] for k, p in paths.items()}
     rounds = []
@@ -218,16 +241,7 @@ def run(args: argparse.Namespace, cfg: TrainConfig, device: torch.device) -> dic
         speeds = ", ".join(f"{k} {w['tokens'] / w['sec']:,.0f}" for k, w in windows.items())
         elapsed = time.perf_counter() - started
         progress(f"round {r + 1}/{args.windows}: tokens/s {speeds}; {elapsed:.0f} s so far")
-    fast, n = paths["fast"], 100 if args.quick else None  # n: validation sentences decoded
-    if not args.checkpoint and fast.updates < args.train_updates:
-        progress(f"training the fast model to {args.train_updates} updates, then decoding")
-    while not args.checkpoint and fast.updates < args.train_updates:
-        fast.step(next(fast.batches)[0])
-    load = args.checkpoint and Translator.load(args.checkpoint, device)
-    translator = load or Translator(fast.model, dm.tokenizer, device)  # eval mode from here on
-    sources, refs = dm.sources("val")[:n], dm.references("val")[:n]
-    progress(f"decoding {len(sources):,} validation sentences, greedy and beam 5")
-    decode = decode_speed(translator, sources, refs, 1 if args.quick else 2)
+    fast = paths["fast"]
     return {
         "cpu": cpu,
         "skipped": skipped,
@@ -241,7 +255,7 @@ def run(args: argparse.Namespace, cfg: TrainConfig, device: torch.device) -> dic
         "matmul_n": MATMUL[device.type],
         "paths": {k: figures(k, rounds) | {"warmup_sec": warmup[k]} for k in paths},
         "rounds": rounds,
-        "decode": decode | {"trained_updates": fast.updates},
+        "decode": decode,
         "wall_sec": time.perf_counter() - started,
         "loadavg_1min": os.getloadavg()[0],
     }  # fmt: skip

@@ -132,6 +132,8 @@ def test_quick_benchmark_writes_every_figure(tiny_corpus, tmp_path, monkeypatch,
     printed = capsys.readouterr()
     table = printed.out
     assert "vs reference" in table and "beam-5" in table and "peak GPU" not in table
+    # Decoding is timed before any path's windows, as in a process that only translates.
+    assert printed.err.index("decoding 20 validation") < printed.err.index("round 1/3")
     assert table.count("\n") == 1 + 1 + 1 + 3 + 2  # header, cpu, column heads, 3 paths, 2 lines
     cpu = result["cpu"]
     assert f"cpu: {cpu['model']}, capability {torch.backends.cpu.get_cpu_capability()}" in table
