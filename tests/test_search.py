@@ -17,6 +17,7 @@ from seq2seq.errors import UserError
 from seq2seq.models.attention import lengths_to_mask
 from seq2seq.models.interface import State
 from seq2seq.models.rnn import RNNSeq2Seq
+from seq2seq.models.transformer import TransformerSeq2Seq
 
 V = 24
 
@@ -119,9 +120,9 @@ class EOSModel(RNNSeq2Seq):
 
     steps = 0
 
-    def step(self, state: State, prev: Tensor) -> tuple[Tensor, Tensor, State]:
+    def step(self, state: State, prev: Tensor, out: Tensor | None = None) -> tuple:
         self.steps += 1
-        logits, weights, state = super().step(state, prev)
+        logits, weights, state = super().step(state, prev, out)
         return (
             logits.index_add(1, torch.tensor([EOS]), torch.full((len(prev), 1), 50.0)),
             weights,
@@ -151,8 +152,8 @@ def test_nbest_must_fit_in_the_beam() -> None:
 class TwoHeadModel(RNNSeq2Seq):
     """Reports its attention as two identical heads, (B, N, S), like a multi-head model."""
 
-    def step(self, state: State, prev: Tensor) -> tuple[Tensor, Tensor, State]:
-        logits, weights, state = super().step(state, prev)
+    def step(self, state: State, prev: Tensor, out: Tensor | None = None) -> tuple:
+        logits, weights, state = super().step(state, prev, out)
         return logits, torch.stack([weights, weights], 1), state  # (B, 2, S)
 
 
@@ -181,3 +182,55 @@ def test_step_log_probs_are_the_log_softmax_with_never_banned(dtype: torch.dtype
     got = step_log_probs(logits)
     assert got.dtype == torch.float32
     assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("kind", ["rnn", "transformer"])
+def test_a_step_writes_its_logits_into_the_buffer_it_is_given(kind: str) -> None:
+    """Searches on a CPU pass one logits buffer to every step; what comes back is the same."""
+    model = tiny_model() if kind == "rnn" else tiny_transformer()
+    src, src_lens, src_mask = tiny_batch([5, 3])
+    state = model.encode(src, src_lens, src_mask)
+    prev = torch.full((2,), BOS)
+    with torch.no_grad():
+        plain, weights, _ = model.step(state, prev)  # (B, V)
+        buffer = torch.full((2, V), torch.nan)
+        into, weights_into, _ = model.step(state, prev, buffer)
+    assert into.data_ptr() == buffer.data_ptr()
+    torch.testing.assert_close(into, plain)
+    torch.testing.assert_close(weights_into, weights)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_search_reuses_one_logits_buffer_and_finds_what_it_finds_without(
+    beam: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = tiny_model(seed=3)
+    src, src_lens, src_mask = tiny_batch([6, 2, 4])
+    step, given = model.step, []
+
+    def recording(state: State, prev: Tensor, out: Tensor | None = None) -> tuple:
+        given.append(out)
+        return step(state, prev, out)
+
+    monkeypatch.setattr(model, "step", recording)
+    config = SearchConfig(beam=beam)
+    with_buffer = translate_batch(
+        model, {"src": src, "src_lens": src_lens, "src_mask": src_mask}, config
+    )
+    assert len(given) > 2 and all(out is not None for out in given)
+    assert len({out.data_ptr() for out in given}) == 1  # one buffer, its first rows
+    module = "seq2seq.decoding.search" if beam == 1 else "seq2seq.decoding.beam"
+    monkeypatch.setattr(f"{module}.logits_buffer", lambda *args: None)
+    given.clear()
+    without = translate_batch(
+        model, {"src": src, "src_lens": src_lens, "src_mask": src_mask}, config
+    )
+    assert given and all(out is None for out in given)
+    assert with_buffer.tokens == without.tokens
+    torch.testing.assert_close(with_buffer.scores, without.scores)
+
+
+def tiny_transformer() -> TransformerSeq2Seq:
+    torch.manual_seed(0)
+    sizes = dict(d_model=16, heads=4, layers=2, ff_size=32, dropout=0.0, attn_dropout=0.0)
+    return TransformerSeq2Seq(V, **sizes).eval()

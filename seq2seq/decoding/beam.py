@@ -20,6 +20,7 @@ from seq2seq.data.tokenizer import BOS, EOS, PAD
 from seq2seq.decoding.search_config import (
     Hypotheses,
     SearchConfig,
+    logits_buffer,
     output_limits,
     step_log_probs,
 )
@@ -69,9 +70,11 @@ def beam_search(
     in_beam = torch.arange(2 * K, device=dev) < K  # (2K,) candidate ranks that fit in the beam
     beams = torch.arange(K, device=dev)  # (K,)
     next_limit = int(limits.min())  # the nearest length limit among the open sentences
+    buffer = logits_buffer(model, B * K, dev)  # (B * K, V) or None
     for t in range(int(limits.max())):
         R = active.numel()
-        logits, weights, state = model.step(state, prev)  # (R * K, V), (R * K, [N,] S)
+        out = None if buffer is None else buffer[: R * K]  # (R * K, V)
+        logits, weights, state = model.step(state, prev, out)  # (R * K, V), (R * K, [N,] S)
         V = logits.size(-1)
         log_probs = step_log_probs(logits)  # (R * K, V)
         if t + 1 >= next_limit:  # known on the host: most steps have no sentence at its limit

@@ -17,6 +17,7 @@ from seq2seq.decoding.beam import beam_search, gnmt_penalty
 from seq2seq.decoding.search_config import (
     Hypotheses,
     SearchConfig,
+    logits_buffer,
     output_limits,
     step_log_probs,
 )
@@ -54,8 +55,9 @@ def greedy_search(
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B,)
     scores = torch.zeros(B, device=src.device)  # (B,)
     tokens, weights = [], []
+    out = logits_buffer(model, B, src.device)  # (B, V) or None
     for t in range(int(limits.max())):
-        logits, alpha, state = model.step(state, prev)  # (B, V), (B, [N,] S)
+        logits, alpha, state = model.step(state, prev, out)  # (B, V), (B, [N,] S)
         log_probs = step_log_probs(logits)  # (B, V)
         prev = log_probs.argmax(-1)  # (B,)
         prev = prev.masked_fill(limits <= t + 1, EOS)  # a sentence at its limit ends here

@@ -87,6 +87,16 @@ def step_log_probs(logits: Tensor) -> Tensor:
     return log_probs  # (B, V)
 
 
+def logits_buffer(model: Seq2Seq, rows: int, device: torch.device) -> Tensor | None:
+    """A (rows, V) buffer a search passes to every `Seq2Seq.step` for its logits (the first rows of
+    it as sentences leave), where a fresh tensor a step costs page faults: on a CPU, outside
+    autocast. None elsewhere: the step makes its own."""
+    if device.type != "cpu" or torch.is_autocast_enabled("cpu"):
+        return None
+    weight = model.generator.weight  # (V, O)
+    return weight.new_empty((rows, weight.size(0)))  # (rows, V)
+
+
 def output_limits(model: Seq2Seq, search: SearchConfig, src_lens: Tensor) -> Tensor:
     """`search.limits`, and never past what the model reads (a Transformer's positions). (B,)."""
     limits = search.limits(src_lens)  # (B,)

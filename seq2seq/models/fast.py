@@ -214,9 +214,11 @@ class CompiledRNN:
         features = decoder.output_features(states, contexts, emb)  # (B, T, E)
         return features, weights[..., :S]  # (B, T, E), (B, T, S)
 
-    def step(self, state: State, prev: Tensor) -> tuple[Tensor, Tensor, State]:
-        """One search step as `RNNSeq2Seq.step`. Args: prev (B,). Returns logits (B, V), weights
-        (B, S) and the new state."""
+    def step(
+        self, state: State, prev: Tensor, out: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, State]:
+        """One search step as `RNNSeq2Seq.step`. Args: prev (B,); `out` is not used (the graph
+        makes its own logits). Returns logits (B, V), weights (B, S) and the new state."""
         fn = self.compiled(prev.device)
         B, S = state["src_mask"].shape
         if not fn.padded:

@@ -23,6 +23,7 @@ Dimension letters, the same in every module of the package:
 | L      | layers                                                         |
 """
 
+import torch
 from torch import Tensor, nn
 
 State = dict[str, Tensor]
@@ -65,10 +66,24 @@ class Seq2Seq(nn.Module):
         """
         raise NotImplementedError
 
-    def step(self, state: State, prev: Tensor) -> tuple[Tensor, Tensor, State]:
+    def step(
+        self, state: State, prev: Tensor, out: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, State]:
         """One decoder step from the previous tokens prev (B,). Returns logits (B, V), weights
-        (B, [N,] S) and the new state; `decode` equals a loop of `step` over tgt_in."""
+        (B, [N,] S) and the new state; `decode` equals a loop of `step` over tgt_in. `out`: a (B, V)
+        buffer the logits may be written into (`logits`); read the returned ones."""
         raise NotImplementedError
+
+    def logits(self, features: Tensor, out: Tensor | None = None) -> Tensor:
+        """The generator over features (B, O) -> logits (B, V), written into `out` when given.
+
+        A search on a CPU passes one buffer for all its steps: a fresh (B, V) tensor there is mapped
+        afresh and page-faults in (1,500 x 8,000 took 51 ms against 36 into a buffer, 2-core AVX2
+        EPYC, 2 threads). The generator is an `nn.Linear` with a bias in every model.
+        """
+        if out is None:
+            return self.generator(features)  # (B, V)
+        return torch.addmm(self.generator.bias, features, self.generator.weight.t(), out=out)
 
     def forward(
         self, src: Tensor, src_lens: Tensor, src_mask: Tensor, tgt_in: Tensor

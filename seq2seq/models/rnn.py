@@ -175,12 +175,16 @@ class RNNSeq2Seq(Seq2Seq):
         with _fp32_on_cpu(tgt_in):
             return self.decoder(state, tgt_in)
 
-    def step(self, state: State, prev: Tensor) -> tuple[Tensor, Tensor, State]:
-        """Args: prev (B,) previous tokens. Returns logits (B, V), weights (B, S), new state."""
+    def step(
+        self, state: State, prev: Tensor, out: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, State]:
+        """Args: prev (B,) previous tokens; out: a (B, V) buffer for the logits, or None. Returns
+        logits (B, V), weights (B, S), new state."""
         with _fp32_on_cpu(prev):
             emb = self.decoder.embed(prev)  # (B, E)
             dec_state, context, weights = self.decoder.attend_and_update(state, emb)
-            logits = self.generator(self.decoder.output_features(dec_state, context, emb))  # (B, V)
+            features = self.decoder.output_features(dec_state, context, emb)  # (B, E)
+            logits = self.logits(features, out)  # (B, V)
         return logits, weights, {**state, "dec_state": dec_state}
 
     def flops_per_token(self, src_len: Tensor | float, tgt_len: Tensor | float) -> Tensor | float:

@@ -173,14 +173,17 @@ class TransformerSeq2Seq(Seq2Seq):
         features, weights, _ = self._decode(state, x, incremental=False)
         return features, weights.transpose(1, 2)  # (B, T, H), (B, T, N, S)
 
-    def step(self, state: State, prev: Tensor) -> tuple[Tensor, Tensor, State]:
-        """Args: prev (B,) previous tokens. Returns logits (B, V), weights (B, N, S), the new state."""
+    def step(
+        self, state: State, prev: Tensor, out: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, State]:
+        """Args: prev (B,) previous tokens; out: a (B, V) buffer for the logits, or None. Returns
+        logits (B, V), weights (B, N, S), the new state."""
         # The cache length is the position of every row, known without reading `pos` from the device.
         self._check_length(state["self_k0"].size(2) + 1, "an output")
         pos = state["pos"]  # (B,)
         x = self.embed(self.tgt_embedding, prev.unsqueeze(1), pos.unsqueeze(1))  # (B, 1, H)
         features, weights, caches = self._decode(state, x, incremental=True)
-        logits = self.generator(features.squeeze(1))  # (B, V)
+        logits = self.logits(features.squeeze(1), out)  # (B, V)
         return logits, weights.squeeze(2), {**state, **caches, "pos": pos + 1}  # (B, V), (B, N, S)
 
     def flops_per_token(self, src_len: Tensor | float, tgt_len: Tensor | float) -> Tensor | float:
