@@ -19,7 +19,9 @@ floats and then as JSON). It is an upper bound: outputs usually end before T.
 
 from collections.abc import Sequence
 
-from seq2seq.decoding.search_config import SearchConfig
+import torch
+
+from seq2seq.decoding.search_config import SearchConfig, output_limits
 from seq2seq.decoding.translator import Translator
 from seq2seq.serving.requests import Limits, RequestError
 
@@ -32,11 +34,9 @@ def subwords(translator: Translator, texts: list[str]) -> list[int]:
 
 
 def output_limit(translator: Translator, search: SearchConfig, source: int) -> int:
-    """The longest output (EOS included) a search may give for `source` subwords; as
-    SearchConfig.limits and seq2seq.decoding.search_config.output_limits, in plain ints."""
-    limit = int(source * search.max_len_ratio) + search.max_len_extra
-    most = translator.model.max_len
-    return limit if most is None else min(limit, most)
+    """The longest output (EOS included) a search may give for `source` subwords: the searches'
+    own `output_limits`, for one sentence."""
+    return int(output_limits(translator.model, search, torch.tensor([source]))[0])
 
 
 def translate_work(
