@@ -1,7 +1,8 @@
-"""A polite stop during validation: train.py given a real SIGTERM while it validates ends the pass at
-the next batch, saves last.ckpt of the last update (the pass counted as not begun) and exits 4 within
-seconds; the resumed run validates that update again, whole, and ends at the planned update. A stop
-leaves stopped.json beside last.ckpt for a requeue script; the finished resume removes it."""
+"""A polite stop during validation: train.py given a real SIGTERM while it validates, or whose
+--max-minutes run out then, ends the pass at the next batch, saves last.ckpt of the last update (the
+pass counted as not begun) and exits 4 within seconds; the resumed run validates that update again,
+whole, and ends at the planned update. A stop leaves stopped.json beside last.ckpt for a requeue
+script; the finished resume removes it."""
 
 import json
 import os
@@ -29,6 +30,10 @@ SLOW_VALIDATION = (
     "real = system.TranslationSystem.validation_step\n"
     "def validation_step(self, batch, batch_idx):\n"
     "    pathlib.Path(os.environ['VALIDATING']).touch()\n"
+    "    if os.environ.get('BUDGET_SPENT') and batch_idx == 0:  # --max-minutes run out: now\n"
+    "        for callback in self.trainer.callbacks:\n"
+    "            if type(callback).__name__ == 'PoliteStop':\n"
+    "                callback.started -= callback.budget\n"
     "    time.sleep(1.0)\n"
     "    return real(self, batch, batch_idx)\n"
     "system.TranslationSystem.validation_step = validation_step\n"
@@ -44,16 +49,19 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_sigterm_during_validation_exits_4_within_seconds_and_the_resume_validates_again(
-    tmp_path: Path,
+@pytest.mark.parametrize("stop", ["SIGTERM", "--max-minutes"])
+def test_a_stop_during_validation_exits_4_within_seconds_and_the_resume_validates_again(
+    tmp_path: Path, stop: str
 ) -> None:
     corpus = write_corpus(tmp_path / "corpus", {"train": 200, "val": 600, "test": 20})
     args = tiny_train_args(corpus, tmp_path / "runs", *FLAGS)
+    budget = ["--max-minutes", "60"] if stop == "--max-minutes" else []
+    extra = {"BUDGET_SPENT": "1"} if budget else {}
     checkpoints = tmp_path / "runs" / "rnn-additive" / "version_0" / "checkpoints"
     validating, log = tmp_path / "validating", tmp_path / "train.log"
     with open(log, "w") as out:
-        run = subprocess.Popen([sys.executable, "-c", SLOW_VALIDATION, *args], cwd=tmp_path,
-                               env=_env(VALIDATING=str(validating)), stdout=out,
+        run = subprocess.Popen([sys.executable, "-c", SLOW_VALIDATION, *args, *budget],
+                               cwd=tmp_path, env=_env(VALIDATING=str(validating), **extra), stdout=out,
                                stderr=subprocess.STDOUT)  # fmt: skip
         try:
             deadline = time.monotonic() + 180
@@ -61,8 +69,9 @@ def test_sigterm_during_validation_exits_4_within_seconds_and_the_resume_validat
                 assert run.poll() is None, log.read_text()[-2000:]
                 assert time.monotonic() < deadline, "validation never started"
                 time.sleep(0.05)
-            run.send_signal(signal.SIGTERM)
-            sent = time.monotonic()
+            if not budget:
+                run.send_signal(signal.SIGTERM)
+            sent = time.monotonic()  # with --max-minutes: spent at the pass's first batch, by now
             status = run.wait(60)
             took = time.monotonic() - sent
         finally:
@@ -73,14 +82,14 @@ def test_sigterm_during_validation_exits_4_within_seconds_and_the_resume_validat
     last = checkpoints / "last.ckpt"
     # The last line as a terminal shows it: after the validation bar erased itself (\r, cursor up).
     shown = re.split(r"\r|\x1b\[A", log.read_text().strip().splitlines()[-1])[-1].strip()
+    reason = "stopped by --max-minutes 60" if budget else "stopped by SIGTERM"
     assert shown == (
-        f"stopped by SIGTERM: saved {last} at update 5; continue with the same command and "
-        f"--resume {last}"
+        f"{reason}: saved {last} at update 5; continue with the same command and --resume {last}"
     )
     assert torch.load(last, weights_only=False)["global_step"] == 5
     assert not list(checkpoints.glob("best-*.ckpt"))  # no BLEU of part of the split was kept
     marker = json.loads((checkpoints / "stopped.json").read_text())
-    assert marker == {"reason": "stopped by SIGTERM", "step": 5, "checkpoint": str(last)}
+    assert marker == {"reason": reason, "step": 5, "checkpoint": str(last)}
 
     resumed = subprocess.run([sys.executable, str(TRAIN), *args, "--resume", str(last)],
                              cwd=tmp_path, env=_env(), capture_output=True, text=True,

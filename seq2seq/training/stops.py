@@ -11,7 +11,7 @@ notes the signal, and the run acts on it at the next of these moments:
   `last.ckpt` through the atomic checkpoint I/O and raises `Stopped`. Saving there, before the batch,
   keeps the checkpoint's counters consistent: the batch about to start is not counted as done, so a
   resume trains it; the updates before it are all in the weights.
-- a validation batch about to start (a signal only; `--max-minutes` waits for the next update): the
+- a validation batch about to start (a signal, or `--max-minutes` run out during the pass): the
   weights are still those of the last update, and the checkpoint records the validation pass as
   begun at its first batch with none done, so a resume runs that validation whole (Lightning's
   "restarted mid-evaluation" path) before it trains on. A pass ended halfway would give a BLEU of
@@ -110,8 +110,7 @@ class PoliteStop(Callback):
         if trainer.global_step == self._step:
             return  # no update since the last check: the start of training, or mid-accumulation
         self._step = trainer.global_step
-        if self.budget is not None and time.monotonic() - self.started >= self.budget:
-            self.requested = self.requested or f"stopped by --max-minutes {self.budget / 60:g}"
+        self._check_budget()
         if _agree(trainer, pl_module, self.requested is not None):
             self._stop(trainer)
 
@@ -133,9 +132,15 @@ class PoliteStop(Callback):
             return  # trainer.validate: nothing to save
         if trainer.world_size > 1 and batch_idx >= self._agreed_batches:
             return  # a batch another rank does not have: no collective; after the pass, then
+        self._check_budget()  # a long pass would otherwise overrun a scheduler's time limit
         if _agree(trainer, pl_module, self.requested is not None):
             _restart_validation(trainer)
             self._stop(trainer)
+
+    def _check_budget(self) -> None:
+        """Note a stop once `--max-minutes` have passed (each rank by its own clock; `_agree` joins)."""
+        if self.budget is not None and time.monotonic() - self.started >= self.budget:
+            self.requested = self.requested or f"stopped by --max-minutes {self.budget / 60:g}"
 
     def _stop(self, trainer: L.Trainer) -> None:
         self.requested = self.requested or "stopped by another rank's stop"
