@@ -2,7 +2,8 @@
 "machines" on localhost (`--num-nodes 2`, NODE_RANK 0 and 1, one process each).
 
 On a cold cache exactly one tokenizer is trained and one cache written, both ranks train, and the
-validation BLEU that the ranks gather equals a one-process `evaluate.py` of the final checkpoint.
+validation BLEU that the ranks gather equals a one-process `evaluate.py` of the final checkpoint. A
+stop that one rank alone finds during validation stops both at the same batch.
 """
 
 import json
@@ -16,7 +17,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.conftest import load_script, tiny_train_args
+from tests.conftest import load_script, tiny_train_args, write_corpus
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "train.py"
 # A wider model at a high rate reaches a BLEU above zero within 40 steps: equal BLEU means something.
@@ -41,6 +42,27 @@ def _counted(cls, *args, **kwargs):
 
 
 Tokenizer.train = classmethod(_counted)
+"""
+
+
+# Imported by every process of a run (PYTHONPATH): rank 0 alone finds its --max-minutes spent at the
+# first batch of a validation pass; rank 1's budget is untouched.
+SPENT_ON_RANK_0 = """
+import os
+import seq2seq.training.system as system
+
+_real = system.TranslationSystem.validation_step
+
+
+def _step(self, batch, batch_idx):
+    if os.environ.get("RANK") == "0" and batch_idx == 0 and not self.trainer.sanity_checking:
+        for callback in self.trainer.callbacks:
+            if type(callback).__name__ == "PoliteStop":
+                callback.started -= callback.budget
+    return _real(self, batch, batch_idx)
+
+
+system.TranslationSystem.validation_step = _step
 """
 
 
@@ -152,3 +174,39 @@ def test_two_machines_on_localhost_build_the_cache_once_train_and_validate_like_
     assert [out.count("Logging to") for out, _ in outputs] == [1, 0]
     check_cold_cache_built_once(tmp_path)
     check_bleu_equals_one_process_evaluation(tmp_path / "runs" / "rnn-additive" / "version_0", 40)
+
+
+@pytest.mark.slow
+def test_a_stop_one_rank_finds_during_validation_stops_both_at_the_same_batch(
+    tmp_path: Path,
+) -> None:
+    # 300 validation pairs: several batches a rank, so the pass has a next batch to stop at.
+    corpus = write_corpus(tmp_path / "corpus", {"train": 200, "val": 300, "test": 20})
+    spent = tmp_path / "spent"
+    spent.mkdir()
+    (spent / "sitecustomize.py").write_text(SPENT_ON_RANK_0)
+    flags = ddp_flags(corpus, tmp_path, "--max-steps", "20", "--val-every", "10")
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+               "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(SCRIPT),
+               *flags, "--devices", "2", "--max-minutes", "60"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(spent)}
+    # Without the agreement rank 1 would wait in a collective for ever: the timeout fails the test.
+    stopped = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=240)  # fmt: skip
+    assert stopped.returncode != 0, stopped.stderr[-3000:]  # torchrun reports a rank's 4 as 1
+    run_dir = tmp_path / "runs" / "rnn-additive" / "version_0"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    marker = json.loads((last.parent / "stopped.json").read_text())
+    assert marker == {"reason": "stopped by --max-minutes 60", "step": 10, "checkpoint": str(last)}
+    assert torch.load(last, weights_only=False)["global_step"] == 10
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    assert "val/bleu" not in events.Tags()["scalars"]  # the pass ended before its end: no BLEU
+    # The resumed run validates update 10 again, whole, then trains to 20: one BLEU per update
+    # validated, none from the stopped pass.
+    torchrun(ddp_flags(corpus, tmp_path, "--max-steps", "20", "--val-every", "10", "--resume",
+                       str(last)), tmp_path)  # fmt: skip
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    assert [scalar.step for scalar in events.Scalars("val/bleu")] == [9, 19]
+    assert torch.load(last, weights_only=False)["global_step"] == 20
