@@ -234,3 +234,29 @@ def tiny_transformer() -> TransformerSeq2Seq:
     torch.manual_seed(0)
     sizes = dict(d_model=16, heads=4, layers=2, ff_size=32, dropout=0.0, attn_dropout=0.0)
     return TransformerSeq2Seq(V, **sizes).eval()
+
+
+def test_greedy_drops_finished_sentences_and_finds_what_each_finds_alone() -> None:
+    model = tiny_model(seed=2, eos_bias=1.0)
+    src, src_lens, src_mask = tiny_batch([6, 2, 4, 7, 3])
+    step, rows = model.step, []
+
+    def recording(state: State, prev: Tensor, out: Tensor | None = None) -> tuple:
+        rows.append(len(prev))
+        return step(state, prev, out)
+
+    model.step = recording
+    together = greedy_search(model, src, src_lens, src_mask)
+    lengths = [len(ids) for ids in together.tokens]
+    # Every 4 steps, the sentences that have ended (EOS at step len + 1) leave the batch.
+    expected = [sum(length + 1 > t // 4 * 4 for length in lengths) for t in range(len(rows))]
+    assert rows == expected and rows[-1] < rows[0]
+    model.step = step
+    for b in range(len(lengths)):
+        n = int(src_lens[b])
+        alone = greedy_search(
+            model, src[b : b + 1, :n], src_lens[b : b + 1], src_mask[b : b + 1, :n]
+        )
+        assert alone.tokens[0] == together.tokens[b]
+        torch.testing.assert_close(alone.scores[0], together.scores[b])
+        torch.testing.assert_close(alone.weights[0], together.weights[b])

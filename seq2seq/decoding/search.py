@@ -21,7 +21,7 @@ from seq2seq.decoding.search_config import (
     output_limits,
     step_log_probs,
 )
-from seq2seq.models.interface import Seq2Seq
+from seq2seq.models.interface import Seq2Seq, reorder_state
 
 __all__ = [
     "Hypotheses",
@@ -48,27 +48,34 @@ def greedy_search(
         src: (B, S) source ids; src_lens: (B,); src_mask: (B, S) bool.
         search: only its length limit applies (`SearchConfig.limits`).
     """
-    B = src.size(0)
+    B, dev = src.size(0), src.device
     state = model.encode(src, src_lens, src_mask)
     limits = output_limits(model, search, src_lens)  # (B,)
-    prev = torch.full((B,), BOS, dtype=torch.long, device=src.device)  # (B,)
-    finished = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B,)
-    scores = torch.zeros(B, device=src.device)  # (B,)
-    tokens, weights = [], []
-    out = logits_buffer(model, B, src.device)  # (B, V) or None
+    active = torch.arange(B, device=dev)  # (R,) the sentences still decoding
+    prev = torch.full((B,), BOS, dtype=torch.long, device=dev)  # (R,)
+    finished = torch.zeros(B, dtype=torch.bool, device=dev)  # (R,)
+    scores = torch.zeros(B, device=dev)  # (B,)
+    tokens, weights = [], []  # per step, (B,) and (B, [N,] S): done sentences get PAD and zeros
+    buffer = logits_buffer(model, B, dev)  # (B, V) or None
     for t in range(int(limits.max())):
-        logits, alpha, state = model.step(state, prev, out)  # (B, V), (B, [N,] S)
-        log_probs = step_log_probs(logits)  # (B, V)
-        prev = log_probs.argmax(-1)  # (B,)
-        prev = prev.masked_fill(limits <= t + 1, EOS)  # a sentence at its limit ends here
+        out = None if buffer is None else buffer[: len(active)]  # (R, V)
+        logits, alpha, state = model.step(state, prev, out)  # (R, V), (R, [N,] S)
+        log_probs = step_log_probs(logits)  # (R, V)
+        prev = log_probs.argmax(-1)  # (R,)
+        prev = prev.masked_fill(limits[active] <= t + 1, EOS)  # a sentence at its limit ends here
         prev = prev.masked_fill(finished, PAD)
-        step_scores = log_probs.gather(1, prev.unsqueeze(1)).squeeze(1)  # (B,)
-        scores += step_scores.masked_fill(finished, 0.0)
-        tokens.append(prev)
-        weights.append(alpha)
+        step_scores = log_probs.gather(1, prev.unsqueeze(1)).squeeze(1)  # (R,)
+        scores.index_add_(0, active, step_scores.masked_fill(finished, 0.0))
+        tokens.append(prev.new_full((B,), PAD).index_copy_(0, active, prev))
+        weights.append(alpha.new_zeros((B, *alpha.shape[1:])).index_copy_(0, active, alpha))
         finished |= prev == EOS
-        if t % 4 == 3 and bool(finished.all()):  # a host sync, so only every few steps
-            break
+        if t % 4 == 3:  # a host sync, so only every few steps: then finished sentences leave
+            keep = (~finished).nonzero().squeeze(1)  # (R',)
+            if keep.numel() == 0:
+                break
+            if keep.numel() < len(active):
+                state = reorder_state(state, keep)
+                active, prev, finished = active[keep], prev[keep], finished[keep]
     out = torch.stack(tokens, 1).tolist()  # (B, L)
     alphas = torch.stack(weights, 1).float().cpu()  # (B, L, [N,] S)
     lens = src_lens.tolist()
