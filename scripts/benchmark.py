@@ -204,9 +204,8 @@ def figures(name: str, rounds: list[dict]) -> dict:
 def decoding(args: argparse.Namespace, dm: Any, fast: Path, device: torch.device) -> dict:
     """Decoding speed, measured before any path's windows: as in a process that translates only.
 
-    After the textbook path's windows the same search ran faster than in a fresh process (the beam
-    search of commit 5b01725 at 105-107 sentences/s against 68-71, the shared checkpoint, a 2-core
-    AVX2 EPYC), which is not what evaluate.py, translate.py or the server meet.
+    After the textbook path's windows an older search ran 1.5x as fast as in a fresh process, which
+    is not what evaluate.py, translate.py or the server meet (docs/benchmarks.md).
     """
     from seq2seq.decoding.translator import Translator
 

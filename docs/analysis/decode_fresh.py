@@ -3,13 +3,13 @@ evaluate.py, translate.py and the server decode.
 
     python docs/analysis/decode_fresh.py [--checkpoint CKPT] [--rounds N] [--sentences N]
 
-Decodes the Multi30k validation sources (the side the checkpoint reads) with whichever `seq2seq` comes
-first on the path, so two commits compare side by side:
+Decodes the Multi30k validation sources (`--src`, default de; BLEU against `--tgt`) with whichever
+`seq2seq` comes first on the path, so two commits compare side by side:
 
-    git archive 5b01725 | tar -x -C /tmp/old
+    git archive <commit> | tar -x -C /tmp/old
     PYTHONPATH=/tmp/old python docs/analysis/decode_fresh.py; python docs/analysis/decode_fresh.py
 
-(5b01725 has the flat layout, where the Translator lived in seq2seq.translator.) Prints one JSON line:
+(A commit before the sub-packages kept the Translator in seq2seq.translator.) Prints one JSON line:
 the package decoded with, sentences/s of each round (greedy, then beam 5) and the BLEU of each
 search. What it showed: docs/benchmarks.md.
 """

@@ -50,7 +50,7 @@ def greedy_search(
     """
     B, dev = src.size(0), src.device
     state = model.encode(src, src_lens, src_mask)
-    limits = output_limits(model, search, src_lens)  # (B,)
+    limits = output_limits(model, search, src_lens)  # (R,)
     active = torch.arange(B, device=dev)  # (R,) the sentences still decoding
     prev = torch.full((B,), BOS, dtype=torch.long, device=dev)  # (R,)
     finished = torch.zeros(B, dtype=torch.bool, device=dev)  # (R,)
@@ -62,7 +62,7 @@ def greedy_search(
         logits, alpha, state = model.step(state, prev, out)  # (R, V), (R, [N,] S)
         log_probs = step_log_probs(logits)  # (R, V)
         prev = log_probs.argmax(-1)  # (R,)
-        prev = prev.masked_fill(limits[active] <= t + 1, EOS)  # a sentence at its limit ends here
+        prev = prev.masked_fill(limits <= t + 1, EOS)  # a sentence at its limit ends here
         prev = prev.masked_fill(finished, PAD)
         step_scores = log_probs.gather(1, prev.unsqueeze(1)).squeeze(1)  # (R,)
         scores.index_add_(0, active, step_scores.masked_fill(finished, 0.0))
@@ -75,7 +75,7 @@ def greedy_search(
                 break
             if keep.numel() < len(active):
                 state = reorder_state(state, keep)
-                active, prev, finished = active[keep], prev[keep], finished[keep]
+                active, prev, finished, limits = (x[keep] for x in (active, prev, finished, limits))
     out = torch.stack(tokens, 1).tolist()  # (B, L)
     alphas = torch.stack(weights, 1).float().cpu()  # (B, L, [N,] S)
     lens = src_lens.tolist()
