@@ -107,7 +107,10 @@ class OutputLoss(torch.autograd.Function):
                     full[:n] = grad
                 full[n:] = 0  # (C', V): padding rows get no gradient
                 grad_rows[start : start + n] = (full @ w)[:n]  # (C, O)
-                grad_w += full.t() @ part  # (V, O)
+                if dtype == wide:  # accumulated by the matmul itself: no (V, O) temporary, no add
+                    torch.addmm(grad_w, full.t(), part, out=grad_w)  # (V, O)
+                else:
+                    grad_w += full.t() @ part  # (V, O)
         if grads:
             ctx.save_for_backward(grad_rows, grad_w, grad_b)
         ctx.dtypes = rows.dtype, weight.dtype, None if bias is None else bias.dtype
