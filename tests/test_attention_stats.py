@@ -19,14 +19,17 @@ def test_recorded_scores_are_the_scores_behind_the_weights(score) -> None:
     src_lens = torch.tensor([5, 3])
     src_mask = lengths_to_mask(src_lens)  # (2, 5)
     src = torch.randint(4, 20, (2, 5)).masked_fill(~src_mask, 0)
-    tgt_in = torch.randint(4, 20, (2, 4))
+    real = lengths_to_mask(torch.tensor([4, 2]), 4)  # (2, 4): the second target ends first
+    tgt_in = torch.randint(4, 20, (2, 4)).masked_fill(~real, 0)
     with torch.no_grad(), recorded_scores(model) as recorded:
         state = model.encode(src, src_lens, src_mask)
         _, weights = model.decode(state, tgt_in)  # (2, 4, 5)
+    assert [len(s) for s in recorded] == [2, 2, 1, 1]  # the ended row is not scored
     scores = stacked_scores(recorded, 4)  # (2, 4, 5)
     assert scores is not None and scores.shape == (2, 4, 5)
+    assert (scores[~real] == 0).all() and (weights[~real] == 0).all()
     expected = masked_softmax(scores, src_mask[:, None, :].expand_as(scores))
-    torch.testing.assert_close(weights, expected)
+    torch.testing.assert_close(weights[real], expected[real])
     with torch.no_grad(), recorded_scores(model) as after:  # the hook is gone once the block ends
         pass
     model.decode(model.encode(src, src_lens, src_mask), tgt_in)

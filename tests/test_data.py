@@ -40,6 +40,7 @@ def _check_batch(batch: dict[str, torch.Tensor], budget: int) -> None:
     assert (batch["src"][rows, src_lens - 1] == EOS).all()
     assert (batch["tgt_out"][rows, tgt_lens - 1] == EOS).all()
     assert (batch["tgt_in"][:, 0] == BOS).all()
+    assert (tgt_lens[:-1] >= tgt_lens[1:]).all()  # longest target first: the decoder's row order
     mask = batch["tgt_mask"][:, 1:]  # teacher forcing: the input is the output shifted right
     assert torch.equal(batch["tgt_in"][:, 1:] * mask, batch["tgt_out"][:, :-1] * mask)
 
@@ -49,11 +50,11 @@ def test_collate_pads_with_zero_and_masks_match_lengths() -> None:
         {"src_ids": [5, 6, 7], "tgt_ids": [8], "index": 4},
         {"src_ids": [9], "tgt_ids": [10, 11, 12], "index": 0},
     ]
-    batch = collate(items)
-    assert batch["src"].tolist() == [[5, 6, 7, EOS], [9, EOS, PAD, PAD]]
-    assert batch["tgt_in"].tolist() == [[BOS, 8, PAD, PAD], [BOS, 10, 11, 12]]
-    assert batch["tgt_out"].tolist() == [[8, EOS, PAD, PAD], [10, 11, 12, EOS]]
-    assert batch["src_lens"].tolist() == [4, 2] and batch["index"].tolist() == [4, 0]
+    batch = collate(items)  # longest target first: the second pair leads
+    assert batch["src"].tolist() == [[9, EOS, PAD, PAD], [5, 6, 7, EOS]]
+    assert batch["tgt_in"].tolist() == [[BOS, 10, 11, 12], [BOS, 8, PAD, PAD]]
+    assert batch["tgt_out"].tolist() == [[10, 11, 12, EOS], [8, EOS, PAD, PAD]]
+    assert batch["src_lens"].tolist() == [2, 4] and batch["index"].tolist() == [0, 4]
     assert batch["src_mask"].dtype == torch.bool and batch["src"].dtype == torch.long
     _check_batch(batch, budget=8)
 

@@ -60,6 +60,35 @@ def test_padding_beyond_length_changes_nothing(score: str) -> None:
     assert (weights2[..., 5:] == 0).all()
 
 
+@pytest.mark.parametrize("score", SCORERS)
+def test_rows_stop_stepping_when_their_target_ends_and_nothing_real_changes(score: str) -> None:
+    model = tiny_model(score)
+    src, src_lens, src_mask = tiny_batch()[:3]
+    tgt_mask = lengths_to_mask(torch.tensor([6, 4, 1]), 6)  # longest first, as collate orders rows
+    tgt_in = torch.randint(4, 30, (3, 6)).masked_fill(~tgt_mask, 0)
+    rows: list[int] = []
+    model.decoder.scorer.register_forward_hook(lambda module, args, out: rows.append(len(out)))
+
+    def run(order: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Features, weights and gradients of the rows in `order`, put back in the batch's order."""
+        model.zero_grad()
+        state = model.encode(src[order], src_lens[order], src_mask[order])
+        features, weights = model.decode(state, tgt_in[order])  # (B, T, E), (B, T, S)
+        (features[tgt_mask[order]] ** 2).sum().backward()  # real positions only, as the loss
+        back = order.argsort()
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]  # no generator
+        return features[back][tgt_mask], weights[back], *grads
+
+    in_order = run(torch.arange(3))
+    assert rows == [3, 2, 2, 2, 1, 1]  # steps 2-6 skip the row of one step, 5-6 that of four
+    rows.clear()
+    shuffled = run(torch.tensor([2, 0, 1]))  # rows out of order: each steps to the end
+    assert rows == [3] * 6
+    assert (in_order[1][~tgt_mask] == 0).all()  # padding steps have no attention, either way
+    for got, want in zip(in_order, shuffled, strict=True):
+        torch.testing.assert_close(got, want)
+
+
 def test_keys_are_projected_once_per_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     model = tiny_model("additive")
     calls = []

@@ -21,6 +21,7 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 KEYS = ("attn_entropy", "max_weight", "score_std")
@@ -28,9 +29,9 @@ KEYS = ("attn_entropy", "max_weight", "score_std")
 
 @contextlib.contextmanager
 def recorded_scores(model: nn.Module) -> Iterator[list[Tensor]]:
-    """Collect the raw scores (B, S) of every decoder step while the block runs.
+    """Collect the raw scores (rows, S) of every decoder step while the block runs.
 
-    Yields a list that fills with one (B, S) tensor per call of `model.decoder.scorer`; it stays empty
+    Yields a list that fills with one (rows, S) tensor per call of `model.decoder.scorer`; it stays empty
     for a model without such a module, or when a compiled graph skips the hook.
     """
     recorded: list[Tensor] = []
@@ -48,10 +49,16 @@ def recorded_scores(model: nn.Module) -> Iterator[list[Tensor]]:
 
 
 def stacked_scores(recorded: list[Tensor], steps: int) -> Tensor | None:
-    """The last `steps` recorded (B, S) scores as (B, T, S); None when fewer were recorded."""
+    """The last `steps` recorded scores as (B, T, S); None when fewer were recorded.
+
+    A step records (n, S) for the n leading rows still decoding (the GRU decoder drops rows whose
+    target has ended, seq2seq.models.rnn); the rows it skipped are padding, and get zeros.
+    """
     if len(recorded) < steps or steps == 0:
         return None
-    return torch.stack(recorded[-steps:], dim=1)  # (B, T, S)
+    last = recorded[-steps:]
+    B = last[0].size(0)  # the first step runs every row
+    return torch.stack([F.pad(s, (0, 0, 0, B - s.size(0))) for s in last], dim=1)  # (B, T, S)
 
 
 def row_sums(weights: Tensor, tgt_mask: Tensor, src_mask: Tensor, scores: Tensor | None) -> Tensor:

@@ -169,7 +169,13 @@ def pad_batch(seqs: list[list[int]]) -> tuple[Tensor, Tensor, Tensor]:
 
 
 def collate(items: list[dict[str, Any]]) -> dict[str, Tensor]:
-    """Items with `src_ids`, `index` and (unless source-only) `tgt_ids` to a padded batch."""
+    """Items with `src_ids`, `index` and (unless source-only) `tgt_ids` to a padded batch.
+
+    Pairs come in order of target length, longest first (stable), the order in which the GRU
+    decoder's rows end: each step then runs on the rows still decoding as a view (`index` names them).
+    """
+    if "tgt_ids" in items[0]:
+        items = sorted(items, key=lambda x: -len(x["tgt_ids"]))
     src, src_lens, src_mask = pad_batch([x["src_ids"] + [EOS] for x in items])  # (B, S)
     index = torch.tensor([x["index"] for x in items], dtype=torch.long)  # (B,)
     batch = {"src": src, "src_lens": src_lens, "src_mask": src_mask, "index": index}

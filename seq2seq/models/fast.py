@@ -212,7 +212,8 @@ class CompiledRNN:
             torch.cat(parts, 1)[:B, :T] for parts in zip(*outputs, strict=True)
         )  # (B, T, H), (B, T, H), (B, T, S')
         features = decoder.output_features(states, contexts, emb)  # (B, T, E)
-        return features, weights[..., :S]  # (B, T, E), (B, T, S)
+        real = tgt_in != decoder.embedding.padding_idx  # (B, T): padding steps' weights are zero
+        return features, weights[..., :S] * real.unsqueeze(-1)  # (B, T, E), (B, T, S)
 
     def step(
         self, state: State, prev: Tensor, out: Tensor | None = None

@@ -152,7 +152,9 @@ class AttentionHeatmaps(L.Callback):
         short = np.flatnonzero(lengths <= PROBE_MAX_LEN)[: self.sentences]
         rows = short if len(short) == self.sentences else np.argsort(lengths, kind="stable")
         items = [val[int(i)] for i in rows[: self.sentences]]
-        self.probes = collate([{k: x[k] for k in ("src_ids", "tgt_ids", "index")} for x in items])
+        batch = collate([{k: x[k] for k in ("src_ids", "tgt_ids", "index")} for x in items])
+        order = batch["index"].argsort()  # collate leads with the longest target; tags follow val
+        self.probes = {name: value[order] for name, value in batch.items()}
         self.tokenizer, self._plots = tokenizer, {}
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
