@@ -35,6 +35,7 @@ from seq2seq.models.build import build_model, model_args_from
 from seq2seq.training.config import TrainConfig, parse_args
 from seq2seq.training.losses import batch_loss
 from seq2seq.training.reference import reference_loss, textbook_loader
+from seq2seq.training.system import adam
 
 MATMUL = {"cpu": 1024, "cuda": 8192}  # n: 1024 keeps CPU cores busy; a big GPU needs 8192
 
@@ -114,7 +115,7 @@ class Path:
         lens = [(b, b["src_lens"].double(), b["tgt_mask"].sum(1).double()) for b in batches]
         self.all = [(b, float(t.sum()), float((fpt(s, t) * t).sum())) for b, s, t in lens]
         self.batches, self.updates = cycle(self.all), 0
-        self.opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9)
+        self.opt = adam(model.parameters(), cfg.lr)  # training's, for every path
 
     def step(self, batch: dict[str, Tensor]) -> None:
         with torch.autocast(self.device.type, torch.bfloat16, enabled=self.recipe.bf16):
