@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from seq2seq.models.attention import attend, make_scorer
+from seq2seq.models.dropout import Dropout
 from seq2seq.models.interface import Seq2Seq, State
 
 
@@ -34,7 +35,7 @@ class BiGRUEncoder(nn.Module):
         if hidden_size % 2:
             raise ValueError(f"hidden size must be even (half per direction), got {hidden_size}")
         self.embedding = embedding
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.rnn = nn.GRU(
             embedding.embedding_dim,
             hidden_size // 2,
@@ -69,7 +70,7 @@ class BahdanauDecoder(nn.Module):
         super().__init__()
         emb_size = embedding.embedding_dim
         self.embedding = embedding
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.bridge = nn.Linear(hidden_size // 2, hidden_size)  # W_init
         self.scorer = make_scorer(score, hidden_size, hidden_size, attn_size)
         self.cell = nn.GRUCell(emb_size + hidden_size, hidden_size)
