@@ -8,8 +8,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from seq2seq.data.batching import collate
-from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.data.tokenizer import EOS, Tokenizer
 from seq2seq.models.interface import Seq2Seq
 from seq2seq.models.rnn import RNNSeq2Seq
 from seq2seq.training.callbacks import (
@@ -109,9 +108,11 @@ def test_probes_are_the_first_short_validation_pairs(
     callback = AttentionHeatmaps(every_n_steps=5, sentences=3)
     val = val_split(tiny_corpus, tiny_tokenizer)
     callback.set_probes(val, tiny_tokenizer)
-    assert callback.probes["index"].tolist() == [0, 1, 2]
-    expected = collate([{k: val[i][k] for k in ("src_ids", "tgt_ids", "index")} for i in range(3)])
-    assert torch.equal(callback.probes["src"], expected["src"])
+    assert callback.probes["index"].tolist() == [0, 1, 2]  # val's order, not collate's by length
+    for i in range(3):  # each row is that pair's: the image tagged align/<i> shows val pair i
+        src, tgt = val[i]["src_ids"] + [EOS], val[i]["tgt_ids"] + [EOS]
+        assert callback.probes["src"][i, : len(src)].tolist() == src
+        assert callback.probes["tgt_out"][i, : len(tgt)].tolist() == tgt
 
 
 def run_train(corpus: Path, root: Path, *extra: str) -> Path:

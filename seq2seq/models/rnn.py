@@ -127,7 +127,8 @@ class BahdanauDecoder(nn.Module):
             n = B if rows is None else rows[t]
             if n < run["dec_state"].size(0):  # sliced when rows end, not every step: views
                 run = {name: value[:n] for name, value in run.items()}  # (n, ...)
-            dec_state, context, alpha = self.attend_and_update(run, emb_t[:n])  # (n, H), (n, H), (n, S)
+            # (n, H), (n, H), (n, S)
+            dec_state, context, alpha = self.attend_and_update(run, emb_t[:n])
             run = {**run, "dec_state": dec_state}
             for outputs, value in ((states, dec_state), (contexts, context), (weights, alpha)):
                 outputs.append(F.pad(value, (0, 0, 0, B - n)) if n < B else value)  # (B, ...)
