@@ -1,10 +1,12 @@
 """The textbook reference equals the fast path; FLOPs per token match PyTorch's counter; both benchmark
 scripts run end to end and report every figure (their structure, never their timings)."""
 
+import contextlib
 import json
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -80,6 +82,35 @@ def test_bf16_autocast_path_computes_nearly_the_same_loss(score: str) -> None:
     assert bf16[0].dtype == torch.float32  # the loss itself is reduced in fp32
     torch.testing.assert_close(bf16[0], fp32[0], rtol=0.02, atol=0.0)
     assert not torch.equal(bf16[0], fp32[0])  # it did run in bf16
+
+
+@pytest.mark.parametrize("score", ["additive", "dot", "scaled"])
+def test_the_recurrence_in_bf16_as_on_a_gpu_gives_nearly_the_same_loss_and_gradients(
+    score: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On a CPU the encoder and decoder steps leave autocast (seq2seq.models.rnn._fp32_on_cpu); on a
+    # GPU they run in bf16. Emulated here: autocast reaches the recurrence too.
+    monkeypatch.setattr("seq2seq.models.rnn._fp32_on_cpu", lambda like: contextlib.nullcontext())
+    torch.manual_seed(0)
+    model = RNNSeq2Seq(40, emb_size=16, hidden_size=32, score=score, dropout=0.0)
+    batch = random_batch(40, [(6, 3), (2, 9), (11, 5), (4, 4)])
+    dtypes = []
+    model.decoder.cell.register_forward_hook(lambda m, args, out: dtypes.append(out.dtype))
+    results = []
+    for bf16 in (False, True):
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss_sum, _, tokens, _ = batch_loss(model, batch, 0.1)
+        (loss_sum / tokens).backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        results.append((loss_sum.detach(), grads))
+    assert set(dtypes[: len(dtypes) // 2]) == {torch.float32}
+    assert set(dtypes[len(dtypes) // 2 :]) == {torch.bfloat16}  # the GRU cell ran in bf16
+    (loss32, grad32), (loss16, grad16) = results
+    torch.testing.assert_close(loss16, loss32, rtol=0.02, atol=0.0)
+    # bf16 keeps 8 bits of mantissa: the gradient's direction within 1%, its length within 5%.
+    assert F.cosine_similarity(grad16, grad32, dim=0) > 0.99
+    assert abs(grad16.norm() / grad32.norm() - 1) < 0.05
 
 
 @pytest.mark.parametrize(
