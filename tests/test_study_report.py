@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from seq2seq.study.report import holm
+from seq2seq.training.metrics import corpus_bleu
 from tests.conftest import load_script
 
 study_script = load_script("study")
@@ -80,3 +81,22 @@ def test_a_report_pairs_its_runs_with_another_studys(tiny_corpus, tmp_path, caps
         assert study_script.main(["report", str(tf), "--with", str(other)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
+
+
+def test_the_report_scores_every_run_lowercased_from_its_hypotheses(tiny_corpus, tmp_path):
+    # Published Multi30k figures are often lowercased BLEU: the report adds it for every run, also
+    # for runs whose result.json predates the figure. Upper-cased hypotheses score 100 lowercased.
+    folder = tmp_path / "case"
+    write_study(folder, tiny_corpus, {"a": 0, "b": 2}, [1])
+    hyp = folder / "runs" / "a-seed1" / "test.hyp"
+    hyp.write_text(hyp.read_text().upper())
+    refs = (tiny_corpus / "test.en").read_text().splitlines()
+    assert hyp.read_text().splitlines() != refs  # the cased hypotheses differ
+    assert study_script.main(["report", str(folder)]) == 0
+    report = json.loads((folder / "report.json").read_text())
+    assert report["variants"]["a"]["bleu_lowercase"]["values"] == [pytest.approx(100.0)]
+    cut = (folder / "runs" / "b-seed1" / "test.hyp").read_text().splitlines()
+    expected = corpus_bleu(cut, refs, lowercase=True).value
+    assert report["variants"]["b"]["bleu_lowercase"]["values"] == [pytest.approx(expected)]
+    assert expected < 100.0
+    assert "BLEU lowercased" in (folder / "report.md").read_text()

@@ -37,6 +37,7 @@ from seq2seq.study.spec import Run, StudySpec
 # Figures reported per variant: (key in result.json, column title, digits).
 FIGURES = (
     ("bleu", "BLEU", 2),
+    ("bleu_lowercase", "BLEU lowercased", 2),  # from the hypotheses, as published figures often are
     ("chrf", "chrF", 2),
     ("aer", "AER", 4),
     ("attn_entropy", "entropy (nats)", 3),
@@ -210,6 +211,10 @@ def build_report(study: Study, others: list[Study] | None = None) -> list[Path]:
     own = list(spec.variants)
     names, referenced = referenced_runs(study, spec, refs, corpus, others or [])
     results.update(referenced)
+    from seq2seq.training.metrics import corpus_bleu
+
+    for result in results.values():  # every run, those scored before this figure existed too
+        result["bleu_lowercase"] = corpus_bleu(result["hyps"], refs, lowercase=True).value
     seeds = list(dict.fromkeys([*spec.seeds, *(run.seed for run in referenced)]))
     variants = {}
     for variant in [*own, *names]:
