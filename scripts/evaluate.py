@@ -4,7 +4,8 @@ The checkpoint alone is enough with `--src-file S --ref-file R` (`--ref-file` ag
 with `--split NAME`, any split of the corpus named in the checkpoint (val, test, test_2017_flickr,
 test_2017_mscoco, test_2018_flickr, a newstest, ...) is read again (data/<name>/, ../shared/data/<name>/
 or the hub). Prints BLEU (`--sacrebleu-tokenize`, 13a by default) and chrF with their signatures, the
-number of sentences and sentences/second, and writes the hypotheses (one per line, in input order) to
+hypotheses' length against the references' with BLEU's brevity penalty (a too short or too long output
+shows here, and `--length-penalty` moves it), the number of sentences and sentences/second, and writes the hypotheses (one per line, in input order) to
 `--out`, by default next to the checkpoint.
 
 `--align-ref GOLD` also scores the model's word alignments against a gold Pharaoh file (`i-j` sure,
@@ -117,6 +118,9 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         "data": data,
         "bleu": bleu.value,
         "bleu_signature": bleu.signature,
+        "brevity_penalty": bleu.brevity_penalty,
+        "hyp_len": bleu.hyp_len,
+        "ref_len": bleu.ref_len,
         "chrf": chrf.value,
         "chrf_signature": chrf.signature,
         "sentences": len(sources),
@@ -224,6 +228,9 @@ def report(result: dict[str, Any], json_path: str | None) -> None:
     lines = [
         f"data: {result['data']}",
         f"BLEU = {result['bleu']:.2f}  {result['bleu_signature']}",
+        f"length: hypotheses {result['hyp_len'] / max(result['ref_len'], 1):.3f} of the references "
+        f"({result['hyp_len']:,} / {result['ref_len']:,} tokens), brevity penalty "
+        f"{result['brevity_penalty']:.3f}",
         f"chrF = {result['chrf']:.2f}  {result['chrf_signature']}",
         f"sentences: {result['sentences']}  {result['sentences_per_second']:.1f} sentences/s "
         f"({result['seconds']:.2f} s, beam {result['beam']}, {result['device']})",

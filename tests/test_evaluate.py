@@ -59,11 +59,23 @@ def test_bleu_from_the_checkpoint_alone_equals_sacrebleu_on_the_same_files(
     printed = float(re.search(r"^BLEU = (\S+)", out, re.M).group(1))
     assert printed > 0  # the tiny model has learned something, so the comparison means something
     assert abs(printed - sacrebleu_cli("ref.txt", "-i", "hyps.txt")) <= 0.01
+    # The lengths and brevity penalty are sacreBLEU's own, as its command prints them.
+    command = [sys.executable, "-m", "sacrebleu", "ref.txt", "-i", "hyps.txt"]
+    verbose = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
+    bp, hyp_len, ref_len = re.search(
+        r"BP = (\S+) ratio = \S+ hyp_len = (\d+) ref_len = (\d+)", verbose["verbose_score"]
+    ).groups()
+    length = re.search(r"^length: hypotheses (\S+) of the references \((\S+) / (\S+) tokens\), "
+                       r"brevity penalty (\S+)$", out, re.M).groups()  # fmt: skip
+    assert length[1:] == (f"{int(hyp_len):,}", f"{int(ref_len):,}", bp)
+    assert float(length[0]) == round(int(hyp_len) / int(ref_len), 3)
     assert "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp" in out and "chrF" in out
     assert re.search(r"^sentences: 20 .* sentences/s", out, re.M)
     result = json.loads(Path("result.json").read_text())
     assert result["sentences"] == 20 and result["beam"] == 5
     assert abs(result["bleu"] - printed) <= 0.005 and result["sentences_per_second"] > 0
+    assert (result["hyp_len"], result["ref_len"]) == (int(hyp_len), int(ref_len))
+    assert f"{result['brevity_penalty']:.3f}" == bp
     assert result["bleu_signature"].startswith("nrefs:1") and result["chrf_signature"]
     assert result["hypotheses"] == "hyps.txt"
     assert len(Path("hyps.txt").read_text().splitlines()) == 20

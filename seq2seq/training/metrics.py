@@ -9,10 +9,14 @@ from sacrebleu.metrics import BLEU, CHRF
 
 @dataclass
 class Score:
-    """One corpus-level score and the sacreBLEU signature that makes it reproducible."""
+    """One corpus-level score and the sacreBLEU signature that makes it reproducible; for BLEU also
+    the lengths behind its brevity penalty (tokens as BLEU's tokenizer counts them)."""
 
     value: float
     signature: str
+    brevity_penalty: float | None = None
+    hyp_len: int | None = None  # hypotheses' tokens
+    ref_len: int | None = None  # references' tokens (the closest reference's, with several)
 
 
 def _streams(references: Sequence[str] | Sequence[Sequence[str]]) -> list[Sequence[str]]:
@@ -30,8 +34,9 @@ def corpus_bleu(
     several (each line-aligned with `hypotheses`); cased unless `lowercase`; `tokenize` is one of
     sacreBLEU's tokenizers (13a, intl, zh, ja-mecab, ...; some need extra packages)."""
     metric = BLEU(lowercase=lowercase, tokenize=tokenize)
-    value = metric.corpus_score(hypotheses, _streams(references)).score
-    return Score(value, str(metric.get_signature()))
+    score = metric.corpus_score(hypotheses, _streams(references))
+    signature = str(metric.get_signature())
+    return Score(score.score, signature, score.bp, score.sys_len, score.ref_len)
 
 
 def corpus_chrf(
