@@ -72,7 +72,8 @@ def test_a_killed_study_resumes_and_reports_what_sacrebleu_prints(tiny_corpus, t
     bleu = json.loads(first_result)["bleu"]
     assert Study(folder, work).progress(Run("a", 1)).startswith(f"BLEU {bleu:.2f}, chrF ")
 
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    # Two runs at a time from here (one thread each): the rest of the study, on both cores.
+    done = subprocess.run([*command, "--parallel", "2"], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "1 of 4 runs done; 3 to go" in done.stdout
     # The finished run was neither retrained nor rescored; the killed one resumed from its checkpoint.
