@@ -5,8 +5,8 @@ with `--split NAME`, any split of the corpus named in the checkpoint (val, test,
 test_2017_mscoco, test_2018_flickr, a newstest, ...) is read again (data/<name>/, ../shared/data/<name>/
 or the hub). Prints BLEU (`--sacrebleu-tokenize`, 13a by default) and chrF with their signatures, the
 hypotheses' length against the references' with BLEU's brevity penalty (a too short or too long output
-shows here, and `--length-penalty` moves it), the number of sentences and sentences/second, and writes the hypotheses (one per line, in input order) to
-`--out`, by default next to the checkpoint.
+shows here, and `--length-penalty` moves it), the number of sentences and sentences/second, and writes
+the hypotheses (one per line, in input order) to `--out`, by default next to the checkpoint.
 
 `--align-ref GOLD` also scores the model's word alignments against a gold Pharaoh file (`i-j` sure,
 `ipj` possible; words are whitespace tokens from 0), one line per sentence pair: alignment error rate,
