@@ -98,7 +98,8 @@ def test_additive_energy_gradients_equal_autograd_of_the_formula() -> None:
     assert torch.autograd.gradcheck(AdditiveEnergy.apply, (q, k, w))
     upstream = torch.randn(3, 4, dtype=torch.double)  # (B, S)
     ours = torch.autograd.grad((AdditiveEnergy.apply(q, k, w) * upstream).sum(), (q, k, w))
-    plain = (torch.tanh(q.unsqueeze(1) + k) @ w.T).squeeze(-1)  # what autograd would differentiate
+    # q and k doubled, as AdditiveScorer passes them: what autograd would differentiate
+    plain = (torch.tanh((q.unsqueeze(1) + k) / 2) @ w.T).squeeze(-1)
     expected = torch.autograd.grad((plain * upstream).sum(), (q, k, w))
     for got, want in zip(ours, expected, strict=True):
         torch.testing.assert_close(got, want)
