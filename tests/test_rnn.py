@@ -112,3 +112,30 @@ def test_tied_embeddings_share_one_matrix() -> None:
 def test_odd_hidden_size_is_refused() -> None:
     with pytest.raises(ValueError, match="even"):
         RNNSeq2Seq(vocab_size=10, emb_size=4, hidden_size=7)
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_cpu_encoder_equals_the_packed_gru_in_outputs_and_gradients(layers: int) -> None:
+    """On a CPU each direction runs over the padded batch; nn.GRU over packed sequences is the truth."""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    encoder = tiny_model(enc_layers=layers).encoder.train()  # dropout 0: both paths draw nothing
+    src, src_lens = tiny_batch()[:2]
+    src = torch.cat([src, torch.zeros(3, 2, dtype=torch.long)], dim=1)  # more padding at the end
+    results = []
+    for packed in (False, True):
+        encoder.zero_grad()
+        if packed:
+            emb = encoder.embedding(src)  # (B, S, E)
+            seqs = pack_padded_sequence(emb, src_lens, batch_first=True, enforce_sorted=False)
+            out = pad_packed_sequence(encoder.rnn(seqs)[0], batch_first=True, total_length=7)[0]
+        else:
+            out = encoder(src, src_lens)  # (B, S, H)
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        grads = [p.grad.clone() for p in encoder.parameters()]
+        results.append((out.detach(), grads))
+    (ours, our_grads), (truth, true_grads) = results
+    assert (ours[~lengths_to_mask(src_lens, 7)] == 0).all()
+    torch.testing.assert_close(ours, truth)
+    for got, want in zip(our_grads, true_grads, strict=True):
+        torch.testing.assert_close(got, want)

@@ -28,7 +28,15 @@ from seq2seq.models.interface import Seq2Seq, State
 
 
 class BiGRUEncoder(nn.Module):
-    """Embedding, dropout, and a bidirectional GRU over packed sequences; output (B, S, H), zero on padding."""
+    """Embedding, dropout, and a bidirectional GRU; output (B, S, H), zero on padding.
+
+    The backward direction starts at each sentence's last real token, not at padding. On a GPU the GRU
+    runs over packed sequences (cuDNN's kernel). On a CPU each direction is its own call over the
+    padded batch, the backward one over each row reversed within its length: the packed CPU kernel
+    slices its precomputed input gates a step at a time, and each slice's backward fills a
+    (tokens, 3H/2) gradient. On a 2-core AVX2 EPYC (torch 2.13, 2 threads) a training batch's forward
+    and backward took 116 ms that way against 143 ms packed (Multi30k, 5.5% of source positions padding).
+    """
 
     def __init__(self, embedding: nn.Embedding, hidden_size: int, num_layers: int, dropout: float):
         super().__init__()
@@ -44,16 +52,50 @@ class BiGRUEncoder(nn.Module):
             bidirectional=True,
             dropout=dropout if num_layers > 1 else 0.0,
         )
+        self.between_layers = Dropout(self.rnn.dropout)  # the unpacked path's, as nn.GRU's own
 
     def forward(self, src: Tensor, src_lens: Tensor) -> Tensor:
         """Args: src (B, S) ids; src_lens (B,). Returns enc_out (B, S, H)."""
         emb = self.dropout(self.embedding(src))  # (B, S, E)
-        # Packing makes the backward direction start at each sentence's last real token, not at padding.
+        if src.device.type == "cpu":
+            return self.unpacked(emb, src_lens)  # (B, S, H)
         # pack_padded_sequence wants the lengths on the CPU: one small copy per batch.
         packed = pack_padded_sequence(emb, src_lens.cpu(), batch_first=True, enforce_sorted=False)
         out, _ = self.rnn(packed)
         enc_out, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))
         return enc_out  # (B, S, H)
+
+    def unpacked(self, emb: Tensor, src_lens: Tensor) -> Tensor:
+        """The GRU of `self.rnn`, its weights, one direction at a time over the padded batch.
+
+        Args: emb (B, S, E); src_lens (B,). Returns (B, S, H), zero on padding. What a direction
+        computes at padding positions only ever reaches later padding positions, which are zeroed.
+        """
+        B, S, _ = emb.shape
+        positions = torch.arange(S, device=emb.device)  # (S,)
+        real = positions < src_lens.unsqueeze(1)  # (B, S)
+        # Each row reversed within its length (position j <-> len - 1 - j), padding left in place.
+        flip = torch.where(real, src_lens.unsqueeze(1) - 1 - positions, positions)  # (B, S)
+        h0 = emb.new_zeros(1, B, self.rnn.hidden_size)  # (1, B, H/2)
+        x = emb  # (B, S, in)
+        for layer in range(self.rnn.num_layers):
+            if layer:
+                x = self.between_layers(x)
+            index = flip.unsqueeze(-1).expand_as(x)  # (B, S, in)
+            forward = self.direction(x, h0, f"l{layer}")  # (B, S, H/2)
+            backward = self.direction(x.gather(1, index), h0, f"l{layer}_reverse")  # (B, S, H/2)
+            backward = backward.gather(1, index[..., : backward.size(-1)])  # back in order
+            x = torch.cat([forward, backward], dim=-1)  # (B, S, H)
+        return x * real.unsqueeze(-1)  # (B, S, H)
+
+    def direction(self, x: Tensor, h0: Tensor, suffix: str) -> Tensor:
+        """One layer and direction of `self.rnn` (its weights named `*_{suffix}`), left to right.
+        Args: x (B, S, in); h0 (1, B, H/2). Returns outputs (B, S, H/2)."""
+        weights = [getattr(self.rnn, f"{name}_{suffix}") for name in ("weight_ih", "weight_hh")]
+        biases = [getattr(self.rnn, f"{name}_{suffix}") for name in ("bias_ih", "bias_hh")]
+        # gru(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+        out, _ = torch.gru(x, h0, weights + biases, True, 1, 0.0, self.training, False, True)
+        return out  # (B, S, H/2)
 
 
 class BahdanauDecoder(nn.Module):
