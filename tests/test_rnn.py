@@ -115,11 +115,16 @@ def test_odd_hidden_size_is_refused() -> None:
 
 
 @pytest.mark.parametrize("layers", [1, 2])
-def test_cpu_encoder_equals_the_packed_gru_in_outputs_and_gradients(layers: int) -> None:
+@pytest.mark.parametrize("hidden", [12, 40])  # a direction's 6 or 20 against the embedding's 8
+def test_cpu_encoder_equals_the_packed_gru_in_outputs_and_gradients(
+    layers: int, hidden: int
+) -> None:
     """On a CPU each direction runs over the padded batch; nn.GRU over packed sequences is the truth."""
     from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-    encoder = tiny_model(enc_layers=layers).encoder.train()  # dropout 0: both paths draw nothing
+    torch.manual_seed(0)
+    model = RNNSeq2Seq(30, emb_size=8, hidden_size=hidden, dropout=0.0, enc_layers=layers)
+    encoder = model.encoder.train()  # dropout 0: both paths draw nothing
     src, src_lens = tiny_batch()[:2]
     src = torch.cat([src, torch.zeros(3, 2, dtype=torch.long)], dim=1)  # more padding at the end
     results = []

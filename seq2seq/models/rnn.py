@@ -83,10 +83,10 @@ class BiGRUEncoder(nn.Module):
         for layer in range(self.rnn.num_layers):
             if layer:
                 x = self.between_layers(x)
-            index = flip.unsqueeze(-1).expand_as(x)  # (B, S, in)
+            reversed_x = x.gather(1, flip.unsqueeze(-1).expand_as(x))  # (B, S, in)
             forward = self.direction(x, h0, f"l{layer}")  # (B, S, H/2)
-            backward = self.direction(x.gather(1, index), h0, f"l{layer}_reverse")  # (B, S, H/2)
-            backward = backward.gather(1, index[..., : backward.size(-1)])  # back in order
+            backward = self.direction(reversed_x, h0, f"l{layer}_reverse")  # (B, S, H/2)
+            backward = backward.gather(1, flip.unsqueeze(-1).expand_as(backward))  # back in order
             x = torch.cat([forward, backward], dim=-1)  # (B, S, H)
         return x * real.unsqueeze(-1)  # (B, S, H)
 
