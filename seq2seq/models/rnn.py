@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from seq2seq.models.attention import attend, make_scorer
+from seq2seq.models.attention import attend, lengths_to_mask, make_scorer
 from seq2seq.models.dropout import Dropout
 from seq2seq.models.interface import Seq2Seq, State
 
@@ -75,7 +75,7 @@ class BiGRUEncoder(nn.Module):
         """
         B, S, _ = emb.shape
         positions = torch.arange(S, device=emb.device)  # (S,)
-        real = positions < src_lens.unsqueeze(1)  # (B, S)
+        real = lengths_to_mask(src_lens, S)  # (B, S)
         # Each row reversed within its length (position j <-> len - 1 - j), padding left in place.
         flip = torch.where(real, src_lens.unsqueeze(1) - 1 - positions, positions)  # (B, S)
         h0 = emb.new_zeros(1, B, self.rnn.hidden_size)  # (1, B, H/2)
