@@ -89,6 +89,40 @@ def test_rows_stop_stepping_when_their_target_ends_and_nothing_real_changes(scor
         torch.testing.assert_close(got, want)
 
 
+@pytest.mark.parametrize("score", SCORERS)
+@pytest.mark.parametrize("ordered", [True, False])
+def test_training_steps_equal_the_gru_cell_in_outputs_and_gradients(
+    score: str, ordered: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a CPU with gradients the cell runs as seq2seq.models.deferred.CellStep; nn.GRUCell is the truth."""
+    model = tiny_model(score).train()  # dropout 0: both paths draw nothing
+    src, src_lens, src_mask = tiny_batch()[:3]
+    tgt_lens = torch.tensor([6, 4, 1] if ordered else [4, 6, 1])  # rows that end early, or not
+    tgt_mask = lengths_to_mask(tgt_lens, 6)  # (B, T)
+    tgt_in = torch.randint(4, 30, (3, 6)).masked_fill(~tgt_mask, 0)
+    calls: list[int] = []
+    model.decoder.cell.register_forward_hook(lambda module, args, out: calls.append(len(out)))
+    results = []
+    for deferred in (True, False):
+        if not deferred:  # every step through nn.GRUCell, as on a GPU
+            monkeypatch.setattr("seq2seq.models.rnn._cell_deferred", lambda like: False)
+        model.zero_grad()
+        state = model.encode(src, src_lens, src_mask)
+        features, weights = model.decode(state, tgt_in)  # (B, T, E), (B, T, S)
+        loss = (features * torch.linspace(-1, 1, features.numel()).view_as(features)).sum()
+        (loss + (weights * torch.arange(5.0)).sum()).backward()
+        grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        results.append((features.detach(), weights.detach(), grads))
+        assert bool(calls) != deferred  # the cell module ran only without the deferred path
+    (ours, our_weights, our_grads), (truth, true_weights, true_grads) = results
+    torch.testing.assert_close(ours, truth)
+    torch.testing.assert_close(our_weights, true_weights)
+    assert our_grads.keys() == true_grads.keys()
+    assert {"decoder.cell.weight_ih", "decoder.cell.bias_hh"} <= our_grads.keys()
+    for name, want in true_grads.items():
+        torch.testing.assert_close(our_grads[name], want, msg=name)
+
+
 def test_keys_are_projected_once_per_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     model = tiny_model("additive")
     calls = []

@@ -16,6 +16,7 @@ E embedding, H hidden, A additive-attention size, V vocabulary.
 """
 
 import contextlib
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +24,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from seq2seq.models.attention import attend, lengths_to_mask, make_scorer
+from seq2seq.models.deferred import Bank, CellStep, CellWeights
 from seq2seq.models.dropout import Dropout
 from seq2seq.models.interface import Seq2Seq, State
 
@@ -148,6 +150,28 @@ class BahdanauDecoder(nn.Module):
         dec_state = self.cell(torch.cat([emb, context], dim=-1), prev)  # (B, H)
         return dec_state, context, weights
 
+    def shared_weight_steps(
+        self, rows: int
+    ) -> Callable[[State, Tensor], tuple[Tensor, Tensor, Tensor]]:
+        """`attend_and_update` for training on a CPU, its GRU cell's weight gradients once per batch.
+
+        rows: of all steps together. The step returned computes what `attend_and_update` does, in the
+        same arguments and results, the cell through `seq2seq.models.deferred`.
+        """
+        cell = self.cell
+        bank = Bank(rows, cell, cell.weight_ih)
+        weights = CellWeights.apply(
+            bank, cell.weight_ih, cell.bias_ih, cell.weight_hh, cell.bias_hh
+        )
+
+        def step(state: State, emb: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+            prev = state["dec_state"]  # s_{t-1}, (B, H)
+            scores = self.scorer(prev, state["proj_keys"])  # (B, S)
+            context, alpha = attend(scores, state["src_mask"], state["enc_out"])  # (B, H), (B, S)
+            return CellStep.apply(emb, context, prev, *weights, bank), context, alpha  # (B, H)
+
+        return step
+
     def output_features(self, dec_state: Tensor, context: Tensor, emb: Tensor) -> Tensor:
         """o = tanh(W_o [s; c; emb]) for any leading shape: (…, H), (…, H), (…, E) -> (…, E)."""
         return self.dropout(torch.tanh(self.readout(torch.cat([dec_state, context, emb], dim=-1))))
@@ -167,12 +191,15 @@ class BahdanauDecoder(nn.Module):
         B = emb.size(0)
         states, contexts, weights = [], [], []
         run = state
+        step = self.attend_and_update
+        if _cell_deferred(emb):
+            step = self.shared_weight_steps(B * emb.size(1) if rows is None else sum(rows))
         for t, emb_t in enumerate(emb.unbind(1)):  # (B, E) each: one backward node, not one a step
             n = B if rows is None else rows[t]
             if n < run["dec_state"].size(0):  # sliced when rows end, not every step: views
                 run = {name: value[:n] for name, value in run.items()}  # (n, ...)
             # (n, H), (n, H), (n, S)
-            dec_state, context, alpha = self.attend_and_update(run, emb_t[:n])
+            dec_state, context, alpha = step(run, emb_t[:n])
             run = {**run, "dec_state": dec_state}
             for outputs, value in ((states, dec_state), (contexts, context), (weights, alpha)):
                 outputs.append(F.pad(value, (0, 0, 0, B - n)) if n < B else value)  # (B, ...)
@@ -288,3 +315,15 @@ def _fp32_on_cpu(like: Tensor) -> contextlib.AbstractContextManager:
     """
     on_cpu = like.device.type == "cpu" and torch.is_autocast_enabled("cpu")
     return torch.autocast("cpu", enabled=False) if on_cpu else contextlib.nullcontext()
+
+
+def _cell_deferred(like: Tensor) -> bool:
+    """Whether teacher forcing runs the GRU cell through `seq2seq.models.deferred`: when a CPU
+    computes gradients in fp32 (autocast off, as `_fp32_on_cpu` leaves it), eagerly. GPUs, and
+    compiled code, keep nn.GRUCell."""
+    return (
+        like.device.type == "cpu"
+        and torch.is_grad_enabled()
+        and not torch.is_autocast_enabled("cpu")
+        and not torch.compiler.is_compiling()
+    )
