@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from seq2seq.models.attention import AdditiveScorer, lengths_to_mask
+from seq2seq.models.attention import AdditiveScorer, lengths_to_mask, masked_softmax
 from seq2seq.models.rnn import RNNSeq2Seq
 
 SCORERS = ["additive", "dot", "scaled"]
@@ -61,13 +61,20 @@ def test_padding_beyond_length_changes_nothing(score: str) -> None:
 
 
 @pytest.mark.parametrize("score", SCORERS)
-def test_rows_stop_stepping_when_their_target_ends_and_nothing_real_changes(score: str) -> None:
+def test_rows_stop_stepping_when_their_target_ends_and_nothing_real_changes(
+    score: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     model = tiny_model(score)
     src, src_lens, src_mask = tiny_batch()[:3]
     tgt_mask = lengths_to_mask(torch.tensor([6, 4, 1]), 6)  # longest first, as collate orders rows
     tgt_in = torch.randint(4, 30, (3, 6)).masked_fill(~tgt_mask, 0)
     rows: list[int] = []
-    model.decoder.scorer.register_forward_hook(lambda module, args, out: rows.append(len(out)))
+
+    def softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        rows.append(len(scores))  # each step's rows, as the CPU's training steps see them
+        return masked_softmax(scores, mask)
+
+    monkeypatch.setattr("seq2seq.models.rnn.masked_softmax", softmax)
 
     def run(order: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Features, weights and gradients of the rows in `order`, put back in the batch's order."""
@@ -91,10 +98,13 @@ def test_rows_stop_stepping_when_their_target_ends_and_nothing_real_changes(scor
 
 @pytest.mark.parametrize("score", SCORERS)
 @pytest.mark.parametrize("ordered", [True, False])
-def test_training_steps_equal_the_gru_cell_in_outputs_and_gradients(
-    score: str, ordered: bool, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("attention_only", [False, True])
+def test_training_steps_equal_the_modules_in_outputs_and_gradients(
+    score: str, ordered: bool, attention_only: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On a CPU with gradients the cell runs as seq2seq.models.deferred.CellStep; nn.GRUCell is the truth."""
+    """On a CPU with gradients the steps run through seq2seq.models.deferred; nn.GRUCell and the
+    scorer's module are the truth. A loss of the attention alone (guided alignment's) leaves the
+    last step's state out of it."""
     model = tiny_model(score).train()  # dropout 0: both paths draw nothing
     src, src_lens, src_mask = tiny_batch()[:3]
     tgt_lens = torch.tensor([6, 4, 1] if ordered else [4, 6, 1])  # rows that end early, or not
@@ -109,8 +119,12 @@ def test_training_steps_equal_the_gru_cell_in_outputs_and_gradients(
         model.zero_grad()
         state = model.encode(src, src_lens, src_mask)
         features, weights = model.decode(state, tgt_in)  # (B, T, E), (B, T, S)
-        loss = (features * torch.linspace(-1, 1, features.numel()).view_as(features)).sum()
-        (loss + (weights * torch.arange(5.0)).sum()).backward()
+        loss = (weights * torch.arange(5.0)).sum()
+        if not attention_only:
+            loss = (
+                loss + (features * torch.linspace(-1, 1, features.numel()).view_as(features)).sum()
+            )
+        loss.backward()
         grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
         results.append((features.detach(), weights.detach(), grads))
         assert bool(calls) != deferred  # the cell module ran only without the deferred path

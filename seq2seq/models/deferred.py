@@ -1,21 +1,32 @@
-"""The decoder's GRU cell for training on a CPU, with its weight gradients taken once per batch.
+"""The decoder's steps for training on a CPU, with the gradients of what every step reads taken once
+per batch.
 
-Autograd computes the gradient of a weight at every step that uses it: for the GRU cell, two
-(3H, rows) x (rows, in) matmuls a step, each added into the sum, and around them the cell's gates as
-a dozen small autograd nodes whose backward splits and concatenates (rows, 3H) gradients. Here a
-step is one node, `CellStep`, whose backward computes the gates' gradients in a few elementwise
-passes, writes them into the batch's `Bank` beside the step's inputs, and returns the inputs'
-gradients only. `CellWeights`' backward, which autograd runs after every step's, then computes the
-weight and bias gradients over all steps at once: one (3H, steps x rows) x (steps x rows, in) matmul
-for each weight. The FLOPs are the same, in two large matmuls instead of 2T small ones and their adds.
-On a 2-core AVX2 EPYC (torch 2.13, 2 threads), a training update against nn.GRUCell, each of 120
-batches run both ways back to back: 1.6% faster (the median of the per-batch ratios).
+Autograd computes the gradient of a tensor at every step that reads it, and adds it into the sum:
+- the GRU cell's W_ih and W_hh: two (3H, rows) x (rows, in) matmuls a step, and around them the
+  gates as a dozen small nodes whose backward splits and concatenates (rows, 3H) gradients;
+- the encoder outputs, through the context c = alpha^T h: a (rows, S, H) outer product a step;
+- the additive scorer's keys and w_v: (rows, S, A) gradients made and added a step.
+Here a step's cell is one node, `CellStep`, whose backward writes the gates' gradients into the
+batch's `Bank` beside the step's inputs; `CellWeights`' backward, which autograd runs after every
+step's, takes each weight's gradient in one (3H, steps x rows) x (steps x rows, in) matmul.
+`ContextStep` keeps each step's alpha and dc in a `SourceBank`, and `SourceShared`'s backward takes
+the encoder outputs' gradient as one (B, S, T) x (B, T, H) matmul; `EnergyStep` adds its share of
+the keys' gradient into one (B, S, A) sum in place, and folds the factor w_v, equal for every step,
+in once. The arithmetic is the modules'; `tests/test_rnn.py` checks outputs and every gradient
+against them.
 
-    bank = Bank(rows_of_all_steps, cell, like)
-    w_ih, b_ih, w_hh, b_hh = CellWeights.apply(bank, *weights)      # once per batch
-    s_t = CellStep.apply(emb_t, context_t, s_prev, w_ih, b_ih, w_hh, b_hh, bank)   # every step
+On a 2-core AVX2 EPYC (torch 2.13, 2 threads), a training update with each of 80 batches run both
+ways back to back, the median of the per-batch ratios: the cell alone 1.6% faster than the modules
+(120 batches), the cell and the source side together 2.9% (against the modules) and 3.8% (against
+the cell alone; the spread of these pairs is about 1.5%).
 
-`tests/test_rnn.py` checks outputs and gradients against `nn.GRUCell`.
+    cell_bank = Bank(rows_of_all_steps, cell, like)
+    weights = CellWeights.apply(cell_bank, w_ih, b_ih, w_hh, b_hh)            # once per batch
+    source_bank = SourceBank(enc_out, steps, proj_keys)
+    enc_out, proj_keys, w_v = SourceShared.apply(source_bank, enc_out, proj_keys, w_v)
+    scores = EnergyStep.apply(2 W_q s, proj_keys, w_v, source_bank, recompute_above)   # every step
+    context = ContextStep.apply(alpha, enc_out, source_bank)
+    s_t = CellStep.apply(emb, context, s, *weights, cell_bank)
 """
 
 import torch
@@ -36,6 +47,9 @@ class Bank:
         self.grad_ih = like.new_empty(rows, 3 * H)  # (M, 3H)
         self.grad_hh = like.new_empty(rows, 3 * H)  # (M, 3H)
         self.used = 0  # rows handed out to steps so far
+        # Rows whose gradients backward has written: the steps up to the last one that reaches the
+        # loss (a step's backward gives its s_{t-1} a gradient, so the earlier steps' run too).
+        self.written = 0
 
     def take(self, rows: int) -> slice:
         """The next step's rows."""
@@ -56,7 +70,9 @@ class CellWeights(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *_unused: Tensor | None) -> tuple[Tensor | None, ...]:
-        bank, used = ctx.bank, ctx.bank.used
+        bank, used = ctx.bank, ctx.bank.written
+        if not used:  # no step reached the loss
+            return None, None, None, None, None
         grad_ih, grad_hh = bank.grad_ih[:used], bank.grad_hh[:used]  # (M, 3H)
         return (
             None,
@@ -94,8 +110,10 @@ class CellStep(torch.autograd.Function):
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
         prev, r, z, n, h_n, w_ih, w_hh = ctx.saved_tensors
         H = prev.size(1)
-        grad_ih = ctx.bank.grad_ih[ctx.rows]  # (B, 3H), written here
-        grad_hh = ctx.bank.grad_hh[ctx.rows]  # (B, 3H)
+        bank = ctx.bank
+        bank.written = max(bank.written, ctx.rows.stop)
+        grad_ih = bank.grad_ih[ctx.rows]  # (B, 3H), written here
+        grad_hh = bank.grad_hh[ctx.rows]  # (B, 3H)
         d_r, d_z, d_n = grad_ih.split(H, 1)  # (B, H) views
         # n: ds/dn = 1 - z, through tanh: 1 - n^2
         torch.mul(grad, 1 - z, out=d_n).mul_(1 - n * n)
@@ -109,3 +127,110 @@ class CellStep(torch.autograd.Function):
         grad_prev = torch.addmm(grad * z, grad_hh, w_hh)  # (B, H): direct and through W_hh
         E = ctx.emb_size
         return grad_x[:, :E], grad_x[:, E:], grad_prev, None, None, None, None, None
+
+
+class SourceBank:
+    """A batch's source-side gradients, gathered over the steps and finished once.
+
+    alphas (B, T, S) and grad_contexts (B, T, H): each step's attention weights and its context's
+    gradient, zero for rows that have ended, so the encoder outputs' gradient is one (B, S, T) x
+    (B, T, H) matmul. With the additive scorer, grad_keys (B, S, A) sums g_j sigmoid'(q + k_j) over
+    the steps (the factor 2 w_v, equal for every step, is applied once), grad_w (A,) the energy
+    weight's sum, grad_sum the scores' gradients summed.
+    """
+
+    def __init__(self, enc_out: Tensor, steps: int, keys: Tensor | None) -> None:
+        B, S, H = enc_out.shape
+        self.alphas = enc_out.new_zeros(B, steps, S)  # (B, T, S)
+        self.grad_contexts = enc_out.new_zeros(B, steps, H)  # (B, T, H)
+        self.step = 0  # the next step's index
+        if keys is not None:
+            self.grad_keys = torch.zeros_like(keys)  # (B, S, A)
+            self.grad_w = keys.new_zeros(keys.size(-1))  # (A,)
+            self.grad_sum = keys.new_zeros(())
+
+
+class SourceShared(torch.autograd.Function):
+    """enc_out (B, S, H), and for the additive scorer proj_keys (B, S, A) and w_v (1, A), as the
+    steps see them; backward gives their gradients over all steps."""
+
+    @staticmethod
+    def forward(ctx, bank: SourceBank, *tensors: Tensor) -> tuple[Tensor, ...]:
+        ctx.bank = bank
+        ctx.set_materialize_grads(False)  # the steps give these outputs no gradient
+        if len(tensors) > 1:
+            ctx.save_for_backward(tensors[2])  # w_v
+        return tuple(t.view_as(t) for t in tensors)
+
+    @staticmethod
+    def backward(ctx, *_unused: Tensor | None) -> tuple[Tensor | None, ...]:
+        bank = ctx.bank
+        T = bank.step
+        # sum_t alpha_t^T dc_t for every row: (B, S, T) x (B, T, H)
+        grad_enc = torch.bmm(bank.alphas[:, :T].transpose(1, 2), bank.grad_contexts[:, :T])
+        if not ctx.saved_tensors:
+            return None, grad_enc
+        (w,) = ctx.saved_tensors  # (1, A)
+        grad_keys = bank.grad_keys.mul_(2 * w)  # (B, S, A)
+        grad_w = (2 * bank.grad_w - bank.grad_sum).unsqueeze(0)  # (1, A)
+        return None, grad_enc, grad_keys, grad_w
+
+
+class EnergyStep(torch.autograd.Function):
+    """The additive scores w_v^T tanh(W_q s + W_k h_j) of one step, as `AdditiveScorer` scores them.
+
+    Args: proj_query (B', A) = 2 W_q s and proj_keys (B, S, A) = 2 W_k h from `SourceShared`, of which
+    the first B' rows are scored; w_v (1, A). Returns scores (B', S). Backward returns the query's
+    gradient and adds the keys' and w_v's into the bank. Sources longer than `recompute_above` keep
+    only q and recompute sigmoid(q + k) in backward, as `AdditiveEnergy` does.
+    """
+
+    @staticmethod
+    def forward(
+        ctx, proj_query, proj_keys, weight, bank: SourceBank, recompute_above: int
+    ) -> Tensor:  # noqa: PLR0913
+        keys = proj_keys[: proj_query.size(0)]  # (B', S, A)
+        gate = torch.add(proj_query.unsqueeze(1), keys).sigmoid_()  # (B', S, A)
+        ctx.recompute = keys.size(1) > recompute_above
+        ctx.save_for_backward(proj_query, proj_keys, weight, None if ctx.recompute else gate)
+        ctx.bank = bank
+        return 2 * torch.matmul(gate, weight.squeeze(0)) - weight.sum()  # (B', S)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
+        proj_query, proj_keys, weight, gate = ctx.saved_tensors
+        n, bank = proj_query.size(0), ctx.bank
+        keys = proj_keys[:n]  # (B', S, A)
+        if ctx.recompute:
+            gate = torch.add(proj_query.unsqueeze(1), keys).sigmoid_()  # (B', S, A)
+        flat = gate.view(-1, gate.size(-1))  # (B' S, A)
+        bank.grad_w.addmv_(flat.t(), grad.reshape(-1))  # sum_j g_j sigmoid(q + k_j)
+        bank.grad_sum += grad.sum()
+        slope = torch.addcmul(gate, gate, gate, value=-1, out=gate)  # sigmoid' = s - s^2, in place
+        bank.grad_keys[:n].addcmul_(slope, grad.unsqueeze(-1))  # (B', S, A)
+        grad_query = torch.bmm(grad.unsqueeze(1), slope).squeeze(1) * (2 * weight)  # (B', A)
+        return grad_query, None, None, None, None
+
+
+class ContextStep(torch.autograd.Function):
+    """c = sum_j alpha_j h_j for one step over the first B' rows of enc_out (from `SourceShared`).
+
+    Args: alpha (B', S), enc_out (B, S, H). Returns (B', H). Backward returns alpha's gradient and
+    leaves alpha and dc in the bank for the encoder outputs'.
+    """
+
+    @staticmethod
+    def forward(ctx, alpha: Tensor, enc_out: Tensor, bank: SourceBank) -> Tensor:
+        n, t = alpha.size(0), bank.step
+        bank.step += 1
+        values = enc_out[:n]  # (B', S, H)
+        bank.alphas[:n, t] = alpha
+        ctx.save_for_backward(values)
+        ctx.bank, ctx.t = bank, t
+        return torch.bmm(alpha.unsqueeze(1), values).squeeze(1)  # (B', H)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, None, None]:
+        (values,) = ctx.saved_tensors  # (B', S, H)
+        ctx.bank.grad_contexts[: grad.size(0), ctx.t] = grad
+        return torch.bmm(values, grad.unsqueeze(-1)).squeeze(-1), None, None  # (B', S)

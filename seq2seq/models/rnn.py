@@ -23,8 +23,22 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from seq2seq.models.attention import attend, lengths_to_mask, make_scorer
-from seq2seq.models.deferred import Bank, CellStep, CellWeights
+from seq2seq.models.attention import (
+    AdditiveScorer,
+    attend,
+    lengths_to_mask,
+    make_scorer,
+    masked_softmax,
+)
+from seq2seq.models.deferred import (
+    Bank,
+    CellStep,
+    CellWeights,
+    ContextStep,
+    EnergyStep,
+    SourceBank,
+    SourceShared,
+)
 from seq2seq.models.dropout import Dropout
 from seq2seq.models.interface import Seq2Seq, State
 
@@ -151,24 +165,37 @@ class BahdanauDecoder(nn.Module):
         return dec_state, context, weights
 
     def shared_weight_steps(
-        self, rows: int
+        self, state: State, steps: int, rows: int
     ) -> Callable[[State, Tensor], tuple[Tensor, Tensor, Tensor]]:
-        """`attend_and_update` for training on a CPU, its GRU cell's weight gradients once per batch.
+        """`attend_and_update` for training on a CPU, with gradients gathered over the steps.
 
-        rows: of all steps together. The step returned computes what `attend_and_update` does, in the
-        same arguments and results, the cell through `seq2seq.models.deferred`.
+        state: the batch's, before its first step; steps: T; rows: of all steps together. The step
+        returned computes what `attend_and_update` does, in the same arguments and results, through
+        `seq2seq.models.deferred`: the GRU cell's weight gradients, the encoder outputs' and (additive
+        scorer) the keys' and w_v's are taken once per batch.
         """
-        cell = self.cell
-        bank = Bank(rows, cell, cell.weight_ih)
+        cell, scorer = self.cell, self.scorer
+        cell_bank = Bank(rows, cell, cell.weight_ih)
         weights = CellWeights.apply(
-            bank, cell.weight_ih, cell.bias_ih, cell.weight_hh, cell.bias_hh
+            cell_bank, cell.weight_ih, cell.bias_ih, cell.weight_hh, cell.bias_hh
         )
+        additive = isinstance(scorer, AdditiveScorer)
+        keys = state["proj_keys"] if additive else None  # (B, S, A)
+        source_bank = SourceBank(state["enc_out"], steps, keys)
+        source = [state["enc_out"]] + ([keys, scorer.energy.weight] if additive else [])
+        enc_out, *energy = SourceShared.apply(source_bank, *source)
 
-        def step(state: State, emb: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-            prev = state["dec_state"]  # s_{t-1}, (B, H)
-            scores = self.scorer(prev, state["proj_keys"])  # (B, S)
-            context, alpha = attend(scores, state["src_mask"], state["enc_out"])  # (B, H), (B, S)
-            return CellStep.apply(emb, context, prev, *weights, bank), context, alpha  # (B, H)
+        def step(run: State, emb: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+            prev = run["dec_state"]  # s_{t-1}, (B', H)
+            if additive:
+                query = 2 * scorer.query_proj(prev)  # (B', A), doubled as the keys are
+                limit = scorer.RECOMPUTE_ABOVE
+                scores = EnergyStep.apply(query, *energy, source_bank, limit)  # (B', S)
+            else:
+                scores = scorer(prev, run["proj_keys"])  # (B', S)
+            alpha = masked_softmax(scores, run["src_mask"])  # (B', S)
+            context = ContextStep.apply(alpha, enc_out, source_bank)  # (B', H)
+            return CellStep.apply(emb, context, prev, *weights, cell_bank), context, alpha
 
         return step
 
@@ -193,7 +220,8 @@ class BahdanauDecoder(nn.Module):
         run = state
         step = self.attend_and_update
         if _cell_deferred(emb):
-            step = self.shared_weight_steps(B * emb.size(1) if rows is None else sum(rows))
+            steps = emb.size(1)
+            step = self.shared_weight_steps(state, steps, B * steps if rows is None else sum(rows))
         for t, emb_t in enumerate(emb.unbind(1)):  # (B, E) each: one backward node, not one a step
             n = B if rows is None else rows[t]
             if n < run["dec_state"].size(0):  # sliced when rows end, not every step: views
