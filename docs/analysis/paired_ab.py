@@ -1,0 +1,81 @@
+"""Paired A/B of a training update: the given functions as at a commit (A) against the working tree (B).
+
+    python docs/analysis/paired_ab.py N REV path/to/module.py:Class.attr [...] [-- train.py flags]
+
+Builds the data and the model as `scripts/benchmark.py` does (its `fast` path: forward, backward,
+clipping, Adam) and runs each of the first N training batches twice back to back, once with each
+attribute as it is at REV (its module's source at REV, executed apart) and once as in the working
+tree, in alternating order. Prints the ratio of the summed times and the median of the per-batch
+ratios (A / B: above 1, B is faster). A batch's two runs a second apart see the same machine, so the
+pairs resolve differences that whole windows on a noisy shared machine do not.
+"""
+
+import importlib
+import statistics
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path as FilePath
+
+import torch
+
+sys.path.insert(0, str(FilePath(__file__).resolve().parents[2] / "scripts"))
+from benchmark import make_paths  # noqa: E402
+
+from seq2seq.training.config import parse_args  # noqa: E402
+
+
+def old_attribute(rev: str, spec: str) -> tuple[object, str, object, object]:
+    """(owner, name, value at rev, value now) for `path/to/module.py:Class.attr`."""
+    path, dotted = spec.split(":")
+    name = path.removesuffix(".py").replace("/", ".")
+    module = importlib.import_module(name)
+    source = subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True,
+                            check=True).stdout  # fmt: skip
+    old = types.ModuleType(name)
+    exec(compile(source, f"{rev}:{path}", "exec"), old.__dict__)  # noqa: S102
+    *parents, attr = dotted.split(".")
+    owner, old_owner = module, old
+    for part in parents:
+        owner, old_owner = getattr(owner, part), getattr(old_owner, part)
+    get = lambda o: o.__dict__[attr] if isinstance(o, type) else getattr(o, attr)  # noqa: E731
+    return owner, attr, get(old_owner), get(owner)
+
+
+def main(argv: list[str]) -> int:
+    ours, flags = (
+        (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    )
+    count, rev, specs = int(ours[0]), ours[1], ours[2:]
+    swaps = [old_attribute(rev, spec) for spec in specs]
+    _, _, paths = make_paths(parse_args(flags), ["fast"], torch.device("cpu"))
+    fast = paths["fast"]
+
+    def use(side: str) -> None:
+        for owner, attr, old, new in swaps:
+            setattr(owner, attr, old if side == "A" else new)
+
+    for side in "AB":  # warm-up: allocator, Adam's state
+        use(side)
+        for batch, _, _ in fast.all[-3:]:
+            fast.step(batch)
+    times: dict[str, list[float]] = {"A": [], "B": []}
+    for i in range(count):
+        batch = fast.all[i][0]
+        for side in "AB" if i % 2 == 0 else "BA":
+            use(side)
+            start = time.perf_counter()
+            fast.step(batch)
+            times[side].append(time.perf_counter() - start)
+    ratios = [a / b for a, b in zip(times["A"], times["B"], strict=True)]
+    low, _, high = statistics.quantiles(ratios, n=4)
+    total_a, total_b = sum(times["A"]), sum(times["B"])
+    print(f"{count} batches: A {total_a:.2f} s, B {total_b:.2f} s, A/B of the sums "
+          f"{total_a / total_b:.3f}; per batch: median {statistics.median(ratios):.3f}, quartiles "
+          f"{low:.3f}-{high:.3f} (A = {rev}, B = the working tree; above 1: B faster)")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
