@@ -130,7 +130,7 @@ def test_flops_per_token_matches_pytorchs_flop_counter(
     batch = random_batch(50, [lengths])  # one sentence: no padding, every FLOP is useful
     # Counted on autograd's own backward of the modules. The CPU's training steps
     # (seq2seq.models.deferred) do the additive energies' outer products elementwise instead.
-    monkeypatch.setattr("seq2seq.models.rnn._cell_deferred", lambda like: False)
+    monkeypatch.setattr("seq2seq.models.rnn._steps_deferred", lambda like: False)
     s, t = float(batch["src_lens"][0]), float(batch["tgt_mask"].sum())
     # The math backend's attention is plain matmuls, which the counter sees (fused kernels it may not).
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:

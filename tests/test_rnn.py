@@ -115,7 +115,7 @@ def test_training_steps_equal_the_modules_in_outputs_and_gradients(
     results = []
     for deferred in (True, False):
         if not deferred:  # every step through nn.GRUCell, as on a GPU
-            monkeypatch.setattr("seq2seq.models.rnn._cell_deferred", lambda like: False)
+            monkeypatch.setattr("seq2seq.models.rnn._steps_deferred", lambda like: False)
         model.zero_grad()
         state = model.encode(src, src_lens, src_mask)
         features, weights = model.decode(state, tgt_in)  # (B, T, E), (B, T, S)

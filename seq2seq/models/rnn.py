@@ -164,7 +164,7 @@ class BahdanauDecoder(nn.Module):
         dec_state = self.cell(torch.cat([emb, context], dim=-1), prev)  # (B, H)
         return dec_state, context, weights
 
-    def shared_weight_steps(
+    def deferred_steps(
         self, state: State, steps: int, rows: int
     ) -> Callable[[State, Tensor], tuple[Tensor, Tensor, Tensor]]:
         """`attend_and_update` for training on a CPU, with gradients gathered over the steps.
@@ -219,9 +219,9 @@ class BahdanauDecoder(nn.Module):
         states, contexts, weights = [], [], []
         run = state
         step = self.attend_and_update
-        if _cell_deferred(emb):
+        if _steps_deferred(emb):
             steps = emb.size(1)
-            step = self.shared_weight_steps(state, steps, B * steps if rows is None else sum(rows))
+            step = self.deferred_steps(state, steps, B * steps if rows is None else sum(rows))
         for t, emb_t in enumerate(emb.unbind(1)):  # (B, E) each: one backward node, not one a step
             n = B if rows is None else rows[t]
             if n < run["dec_state"].size(0):  # sliced when rows end, not every step: views
@@ -345,10 +345,10 @@ def _fp32_on_cpu(like: Tensor) -> contextlib.AbstractContextManager:
     return torch.autocast("cpu", enabled=False) if on_cpu else contextlib.nullcontext()
 
 
-def _cell_deferred(like: Tensor) -> bool:
-    """Whether teacher forcing runs the GRU cell through `seq2seq.models.deferred`: when a CPU
-    computes gradients in fp32 (autocast off, as `_fp32_on_cpu` leaves it), eagerly. GPUs, and
-    compiled code, keep nn.GRUCell."""
+def _steps_deferred(like: Tensor) -> bool:
+    """Whether teacher forcing steps through `seq2seq.models.deferred`: when a CPU computes
+    gradients in fp32 (autocast off, as `_fp32_on_cpu` leaves it), eagerly. GPUs, and compiled
+    code, keep the modules (`attend_and_update`)."""
     return (
         like.device.type == "cpu"
         and torch.is_grad_enabled()
