@@ -84,6 +84,10 @@ class AdditiveScorer(nn.Module):
         """
         return F.linear(keys, 2 * self.key_proj.weight)  # (B, S, A)
 
+    def project_query(self, query: Tensor) -> Tensor:
+        """2 W_q q, doubled as the keys are: (B, H) -> (B, A)."""
+        return 2 * self.query_proj(query)  # (B, A)
+
     # Sources longer than this are scored by AdditiveEnergy, which recomputes tanh(W_q q + W_k k) in
     # backward instead of keeping it. A token-budget batch keeps about budget x S x A floats of it over
     # all decoder steps: 100 MB at S = 24 for 2,048 tokens and A = 512, 400 MB at S = 100. Shorter
@@ -92,7 +96,7 @@ class AdditiveScorer(nn.Module):
 
     def forward(self, query: Tensor, proj_keys: Tensor) -> Tensor:
         """Args: query (B, H); proj_keys (B, S, A) from `project_keys`. Returns scores (B, S)."""
-        proj_query = 2 * self.query_proj(query)  # (B, A), doubled as the keys are
+        proj_query = self.project_query(query)  # (B, A)
         weight = self.energy.weight  # w_v, (1, A)
         if not torch.compiler.is_compiling():  # compiled: seq2seq.models.fast has its own recompute
             if torch.is_grad_enabled() and proj_keys.size(1) > self.RECOMPUTE_ABOVE:

@@ -188,7 +188,7 @@ class BahdanauDecoder(nn.Module):
         def step(run: State, emb: Tensor) -> tuple[Tensor, Tensor, Tensor]:
             prev = run["dec_state"]  # s_{t-1}, (B', H)
             if additive:
-                query = 2 * scorer.query_proj(prev)  # (B', A), doubled as the keys are
+                query = scorer.project_query(prev)  # (B', A)
                 limit = scorer.RECOMPUTE_ABOVE
                 scores = EnergyStep.apply(query, *energy, source_bank, limit)  # (B', S)
             else:
