@@ -1,13 +1,16 @@
 """Paired A/B of a training update: the given functions as at a commit (A) against the working tree (B).
 
-    python docs/analysis/paired_ab.py N REV path/to/module.py:Class.attr [...] [-- train.py flags]
+    python docs/analysis/paired_ab.py N REV path/to/module.py:Class.attr [...] [path/to/dep.py ...]
+        [-- train.py flags]
 
 Builds the data and the model as `scripts/benchmark.py` does (its `fast` path: forward, backward,
 clipping, Adam) and runs each of the first N training batches twice back to back, once with each
 attribute as it is at REV (its module's source at REV, executed apart) and once as in the working
-tree, in alternating order. Prints the ratio of the summed times and the median of the per-batch
-ratios (A / B: above 1, B is faster). A batch's two runs a second apart see the same machine, so the
-pairs resolve differences that whole windows on a noisy shared machine do not.
+tree, in alternating order. A path without an attribute names a module whose source at REV the
+old attributes import in place of today's (when the two change together). Prints the ratio of the
+summed times and the median of the per-batch ratios (A / B: above 1, B is faster). A batch's two
+runs a second apart see the same machine, so the pairs resolve differences that whole windows on a
+noisy shared machine do not.
 """
 
 import importlib
@@ -26,15 +29,25 @@ from benchmark import make_paths  # noqa: E402
 from seq2seq.training.config import parse_args  # noqa: E402
 
 
+def source_at(rev: str, path: str) -> str:
+    """A file's text at rev."""
+    return subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True,
+                          check=True).stdout  # fmt: skip
+
+
+def module_at(rev: str, path: str) -> types.ModuleType:
+    """`path/to/module.py` as it was at rev, executed apart, with the modules in sys.modules."""
+    name = path.removesuffix(".py").replace("/", ".")
+    old = types.ModuleType(name)
+    exec(compile(source_at(rev, path), f"{rev}:{path}", "exec"), old.__dict__)  # noqa: S102
+    return old
+
+
 def old_attribute(rev: str, spec: str) -> tuple[object, str, object, object]:
     """(owner, name, value at rev, value now) for `path/to/module.py:Class.attr`."""
     path, dotted = spec.split(":")
-    name = path.removesuffix(".py").replace("/", ".")
-    module = importlib.import_module(name)
-    source = subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True,
-                            check=True).stdout  # fmt: skip
-    old = types.ModuleType(name)
-    exec(compile(source, f"{rev}:{path}", "exec"), old.__dict__)  # noqa: S102
+    module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+    old = module_at(rev, path)
     *parents, attr = dotted.split(".")
     owner, old_owner = module, old
     for part in parents:
@@ -48,7 +61,13 @@ def main(argv: list[str]) -> int:
         (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     )
     count, rev, specs = int(ours[0]), ours[1], ours[2:]
-    swaps = [old_attribute(rev, spec) for spec in specs]
+    deps = {s.removesuffix(".py").replace("/", "."): s for s in specs if ":" not in s}
+    for spec in specs:  # today's modules first, importing today's
+        importlib.import_module(spec.split(":")[0].removesuffix(".py").replace("/", "."))
+    now = {name: sys.modules[name] for name in deps}
+    sys.modules.update({name: module_at(rev, path) for name, path in deps.items()})
+    swaps = [old_attribute(rev, spec) for spec in specs if ":" in spec]
+    sys.modules.update(now)  # the old attributes hold the old modules' names; the rest, today's
     _, _, paths = make_paths(parse_args(flags), ["fast"], torch.device("cpu"))
     fast = paths["fast"]
 

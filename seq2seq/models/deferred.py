@@ -8,7 +8,9 @@ Autograd computes the gradient of a tensor at every step that reads it, and adds
 - the additive scorer's keys and w_v: (rows, S, A) gradients made and added a step.
 Here a step's cell is one node, `CellStep`, whose backward writes the gates' gradients into the
 batch's `Bank` beside the step's inputs; `CellWeights`' backward, which autograd runs after every
-step's, takes each weight's gradient in one (3H, steps x rows) x (steps x rows, in) matmul.
+step's, takes each weight's gradient in one (3H, steps x rows) x (steps x rows, in) matmul, and the
+embeddings' in one (steps x rows, 3H) x (3H, E). The embeddings are known before the first step, so
+their share of the input gates, W_ie y + b_ih, is one matmul over all steps too.
 `ContextStep` keeps each step's alpha and dc in a `SourceBank`, and `SourceShared`'s backward takes
 the encoder outputs' gradient as one (B, S, T) x (B, T, H) matmul; `EnergyStep` adds its share of
 the keys' gradient into one (B, S, A) sum in place, and folds the factor w_v, equal for every step,
@@ -18,15 +20,16 @@ against them.
 On a 2-core AVX2 EPYC (torch 2.13, 2 threads), a training update with each of 80 batches run both
 ways back to back, the median of the per-batch ratios: the cell alone 1.6% faster than the modules
 (120 batches), the cell and the source side together 2.9% (against the modules) and 3.8% (against
-the cell alone; the spread of these pairs is about 1.5%).
+the cell alone; the spread of these pairs is about 1.5%); the embeddings' share taken out of the
+steps, 1.0% more.
 
-    cell_bank = Bank(rows_of_all_steps, cell, like)
-    weights = CellWeights.apply(cell_bank, w_ih, b_ih, w_hh, b_hh)            # once per batch
+    cell_bank = Bank(rows_per_step, batch, cell, like)
+    embedded, *weights = CellWeights.apply(cell_bank, emb, w_ih, b_ih, w_hh, b_hh)   # once per batch
     source_bank = SourceBank(enc_out, steps, proj_keys)
     enc_out, proj_keys, w_v = SourceShared.apply(source_bank, enc_out, proj_keys, w_v)
     scores = EnergyStep.apply(2 W_q s, proj_keys, w_v, source_bank, recompute_above)   # every step
     context = ContextStep.apply(alpha, enc_out, source_bank)
-    s_t = CellStep.apply(emb, context, s, *weights, cell_bank)
+    s_t = CellStep.apply(embedded[rows of step t], context, s, *weights, cell_bank)
 """
 
 import torch
@@ -37,15 +40,23 @@ class Bank:
     """A batch's step inputs and gate gradients, each step's rows at their own offset.
 
     inputs (M, E + H): [emb; context] of each step; states (M, H): s_{t-1}; grad_ih, grad_hh (M, 3H):
-    the gradients of W_ih x + b_ih and W_hh s + b_hh. M is the rows of all steps together.
+    the gradients of W_ih x + b_ih and W_hh s + b_hh. M is the rows of all steps together: step t's
+    rows[t] (a prefix of the batch) after those of the steps before. index (M,): each row's place in
+    the batch's (B T) positions, b T + t.
     """
 
-    def __init__(self, rows: int, cell: nn.GRUCell, like: Tensor) -> None:
-        H, inputs = cell.hidden_size, cell.input_size
-        self.inputs = like.new_empty(rows, inputs)  # (M, E + H)
-        self.states = like.new_empty(rows, H)  # (M, H)
-        self.grad_ih = like.new_empty(rows, 3 * H)  # (M, 3H)
-        self.grad_hh = like.new_empty(rows, 3 * H)  # (M, 3H)
+    def __init__(self, rows: list[int], batch: int, cell: nn.GRUCell, like: Tensor) -> None:
+        H, M = cell.hidden_size, sum(rows)
+        self.batch, self.steps, self.emb_size = batch, len(rows), cell.input_size - H
+        self.inputs = like.new_empty(M, cell.input_size)  # (M, E + H)
+        self.states = like.new_empty(M, H)  # (M, H)
+        self.grad_ih = like.new_empty(M, 3 * H)  # (M, 3H)
+        self.grad_hh = like.new_empty(M, 3 * H)  # (M, 3H)
+        counts = torch.tensor(rows)  # (T,)
+        starts = counts.cumsum(0) - counts  # (T,) each step's first row
+        firsts = starts.repeat_interleave(counts)  # (M,) each row's step's first row
+        steps = torch.arange(len(rows)).repeat_interleave(counts)  # (M,)
+        self.index = (torch.arange(M) - firsts) * len(rows) + steps  # (M,)
         self.used = 0  # rows handed out to steps so far
         # Rows whose gradients backward has written: the steps up to the last one that reaches the
         # loss (a step's backward gives its s_{t-1} a gradient, so the earlier steps' run too).
@@ -60,22 +71,39 @@ class Bank:
 
 
 class CellWeights(torch.autograd.Function):
-    """The cell's weights as the steps see them; backward gives their gradients over all steps."""
+    """The embeddings' share of every step's input gates, W_ie y + b_ih, in one matmul, and the
+    cell's weights as the steps see them; backward gives the embeddings' and the weights' gradients
+    over all steps.
+
+    Args: emb (B, T, E) of y_0..y_{T-1}, w_ih (3H, E + H), b_ih, w_hh, b_hh. Returns W_ie y + b_ih in
+    the bank's rows (M, 3H), which has no gradient of its own, then w_ih, w_hh and b_hh.
+    """
 
     @staticmethod
-    def forward(ctx, bank: Bank, *params: Tensor) -> tuple[Tensor, ...]:
-        ctx.bank = bank
+    def forward(ctx, bank: Bank, emb: Tensor, w_ih, b_ih, w_hh, b_hh) -> tuple[Tensor, ...]:  # noqa: PLR0913
+        E = bank.emb_size
+        embs = bank.inputs[:, :E]  # (M, E)
+        embs.copy_(emb.reshape(-1, E)[bank.index])  # each step's rows of emb
+        gates = torch.addmm(b_ih, embs, w_ih[:, :E].t())  # (M, 3H)
+        ctx.mark_non_differentiable(gates)
         ctx.set_materialize_grads(False)  # the steps give these outputs no gradient
-        return tuple(p.view_as(p) for p in params)  # w_ih, b_ih, w_hh, b_hh
+        ctx.save_for_backward(w_ih)
+        ctx.bank = bank
+        return gates, w_ih.view_as(w_ih), w_hh.view_as(w_hh), b_hh.view_as(b_hh)
 
     @staticmethod
     def backward(ctx, *_unused: Tensor | None) -> tuple[Tensor | None, ...]:
         bank, used = ctx.bank, ctx.bank.written
         if not used:  # no step reached the loss
-            return None, None, None, None, None
+            return None, None, None, None, None, None
+        (w_ih,) = ctx.saved_tensors  # (3H, E + H)
+        B, T, E = bank.batch, bank.steps, bank.emb_size
         grad_ih, grad_hh = bank.grad_ih[:used], bank.grad_hh[:used]  # (M, 3H)
+        grad_emb = grad_ih.new_zeros(B * T, E)  # (B T, E): zero where no step reached the loss
+        grad_emb.index_copy_(0, bank.index[:used], grad_ih @ w_ih[:, :E])
         return (
             None,
+            grad_emb.view(B, T, E),
             grad_ih.t() @ bank.inputs[:used],  # W_ih (3H, E + H)
             grad_ih.sum(0),  # b_ih (3H,)
             grad_hh.t() @ bank.states[:used],  # W_hh (3H, H)
@@ -87,15 +115,16 @@ class CellStep(torch.autograd.Function):
     """nn.GRUCell's s_t from [emb; context] and s_{t-1}, the weights from `CellWeights`.
 
     r = sigmoid(W_ir x + b_ir + W_hr s + b_hr), z likewise, n = tanh(W_in x + b_in + r (W_hn s + b_hn)),
-    s_t = n + z (s - n). Args: emb (B, E), context (B, H), prev (B, H). Returns s_t (B, H).
+    s_t = n + z (s - n). Args: embedded (B, 3H), the step's rows of `CellWeights`' W_ie y + b_ih;
+    context (B, H); prev (B, H). Returns s_t (B, H).
     """
 
     @staticmethod
-    def forward(ctx, emb, context, prev, w_ih, b_ih, w_hh, b_hh, bank: Bank) -> Tensor:  # noqa: PLR0913
-        rows = bank.take(prev.size(0))
-        x = torch.cat([emb, context], dim=-1, out=bank.inputs[rows])  # (B, E + H)
+    def forward(ctx, embedded, context, prev, w_ih, w_hh, b_hh, bank: Bank) -> Tensor:  # noqa: PLR0913
+        rows, E = bank.take(prev.size(0)), bank.emb_size
+        bank.inputs[rows, E:] = context
         bank.states[rows] = prev
-        gi = torch.addmm(b_ih, x, w_ih.t())  # (B, 3H)
+        gi = torch.addmm(embedded, context, w_ih[:, E:].t())  # (B, 3H)
         gh = torch.addmm(b_hh, prev, w_hh.t())  # (B, 3H)
         i_r, i_z, i_n = gi.chunk(3, 1)
         h_r, h_z, h_n = gh.chunk(3, 1)
@@ -103,14 +132,13 @@ class CellStep(torch.autograd.Function):
         z = i_z.add_(h_z).sigmoid_()  # (B, H)
         n = torch.addcmul(i_n, r, h_n).tanh_()  # (B, H)
         ctx.save_for_backward(prev, r, z, n, h_n, w_ih, w_hh)
-        ctx.bank, ctx.rows, ctx.emb_size = bank, rows, emb.size(1)
+        ctx.bank, ctx.rows = bank, rows
         return torch.addcmul(n, z, prev - n)  # (B, H)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
         prev, r, z, n, h_n, w_ih, w_hh = ctx.saved_tensors
-        H = prev.size(1)
-        bank = ctx.bank
+        H, bank = prev.size(1), ctx.bank
         bank.written = max(bank.written, ctx.rows.stop)
         grad_ih = bank.grad_ih[ctx.rows]  # (B, 3H), written here
         grad_hh = bank.grad_hh[ctx.rows]  # (B, 3H)
@@ -123,10 +151,9 @@ class CellStep(torch.autograd.Function):
         torch.mul(d_n, h_n, out=d_r).mul_(r * (1 - r))
         grad_hh[:, : 2 * H] = grad_ih[:, : 2 * H]  # r and z enter both sums alike
         torch.mul(d_n, r, out=grad_hh[:, 2 * H :])  # n: r (W_hn s + b_hn)
-        grad_x = grad_ih @ w_ih  # (B, E + H)
+        grad_context = grad_ih @ w_ih[:, bank.emb_size :]  # (B, H); the embeddings' in CellWeights
         grad_prev = torch.addmm(grad * z, grad_hh, w_hh)  # (B, H): direct and through W_hh
-        E = ctx.emb_size
-        return grad_x[:, :E], grad_x[:, E:], grad_prev, None, None, None, None, None
+        return None, grad_context, grad_prev, None, None, None, None
 
 
 class SourceBank:

@@ -165,27 +165,29 @@ class BahdanauDecoder(nn.Module):
         return dec_state, context, weights
 
     def deferred_steps(
-        self, state: State, steps: int, rows: int
-    ) -> Callable[[State, Tensor], tuple[Tensor, Tensor, Tensor]]:
+        self, state: State, emb: Tensor, rows: list[int]
+    ) -> tuple[Callable[[State, Tensor], tuple[Tensor, Tensor, Tensor]], list[Tensor]]:
         """`attend_and_update` for training on a CPU, with gradients gathered over the steps.
 
-        state: the batch's, before its first step; steps: T; rows: of all steps together. The step
-        returned computes what `attend_and_update` does, in the same arguments and results, through
-        `seq2seq.models.deferred`: the GRU cell's weight gradients, the encoder outputs' and (additive
-        scorer) the keys' and w_v's are taken once per batch.
+        state: the batch's, before its first step; emb (B, T, E); rows: per step, the rows still
+        decoding. Returns the step and, for each step, what it takes in place of the embedding: its
+        rows of W_ie y + b_ih (rows[t], 3H), the embeddings' share of the cell's input gates, computed
+        for all steps in one matmul. The step computes what `attend_and_update` does through
+        `seq2seq.models.deferred`: the GRU cell's weight gradients, the embeddings', the encoder
+        outputs' and (additive scorer) the keys' and w_v's are taken once per batch.
         """
         cell, scorer = self.cell, self.scorer
-        cell_bank = Bank(rows, cell, cell.weight_ih)
-        weights = CellWeights.apply(
-            cell_bank, cell.weight_ih, cell.bias_ih, cell.weight_hh, cell.bias_hh
-        )
+        cell_bank = Bank(rows, emb.size(0), cell, cell.weight_ih)
+        embedded, *weights = CellWeights.apply(
+            cell_bank, emb, cell.weight_ih, cell.bias_ih, cell.weight_hh, cell.bias_hh
+        )  # (M, 3H), then w_ih, w_hh, b_hh
         additive = isinstance(scorer, AdditiveScorer)
         keys = state["proj_keys"] if additive else None  # (B, S, A)
-        source_bank = SourceBank(state["enc_out"], steps, keys)
+        source_bank = SourceBank(state["enc_out"], len(rows), keys)
         source = [state["enc_out"]] + ([keys, scorer.energy.weight] if additive else [])
         enc_out, *energy = SourceShared.apply(source_bank, *source)
 
-        def step(run: State, emb: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        def step(run: State, embedded: Tensor) -> tuple[Tensor, Tensor, Tensor]:
             prev = run["dec_state"]  # s_{t-1}, (B', H)
             if additive:
                 query = scorer.project_query(prev)  # (B', A)
@@ -195,9 +197,9 @@ class BahdanauDecoder(nn.Module):
                 scores = scorer(prev, run["proj_keys"])  # (B', S)
             alpha = masked_softmax(scores, run["src_mask"])  # (B', S)
             context = ContextStep.apply(alpha, enc_out, source_bank)  # (B', H)
-            return CellStep.apply(emb, context, prev, *weights, cell_bank), context, alpha
+            return CellStep.apply(embedded, context, prev, *weights, cell_bank), context, alpha
 
-        return step
+        return step, list(embedded.split(rows))
 
     def output_features(self, dec_state: Tensor, context: Tensor, emb: Tensor) -> Tensor:
         """o = tanh(W_o [s; c; emb]) for any leading shape: (…, H), (…, H), (…, E) -> (…, E)."""
@@ -215,19 +217,18 @@ class BahdanauDecoder(nn.Module):
         Returns s_1..s_T (B, T, H), c_1..c_T (B, T, H) and alpha (B, T, S). seq2seq.models.fast compiles
         this loop a few steps at a time.
         """
-        B = emb.size(0)
+        B, T = emb.shape[:2]
         states, contexts, weights = [], [], []
         run = state
-        step = self.attend_and_update
+        rows = [B] * T if rows is None else rows
+        step, inputs = self.attend_and_update, emb.unbind(1)  # (B, E) each: one backward node
         if _steps_deferred(emb):
-            steps = emb.size(1)
-            step = self.deferred_steps(state, steps, B * steps if rows is None else sum(rows))
-        for t, emb_t in enumerate(emb.unbind(1)):  # (B, E) each: one backward node, not one a step
-            n = B if rows is None else rows[t]
+            step, inputs = self.deferred_steps(state, emb, rows)  # (rows[t], 3H) each
+        for n, input_t in zip(rows, inputs, strict=True):
             if n < run["dec_state"].size(0):  # sliced when rows end, not every step: views
                 run = {name: value[:n] for name, value in run.items()}  # (n, ...)
             # (n, H), (n, H), (n, S)
-            dec_state, context, alpha = step(run, emb_t[:n])
+            dec_state, context, alpha = step(run, input_t[:n])
             run = {**run, "dec_state": dec_state}
             for outputs, value in ((states, dec_state), (contexts, context), (weights, alpha)):
                 outputs.append(F.pad(value, (0, 0, 0, B - n)) if n < B else value)  # (B, ...)
