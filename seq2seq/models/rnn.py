@@ -221,9 +221,10 @@ class BahdanauDecoder(nn.Module):
         states, contexts, weights = [], [], []
         run = state
         rows = [B] * T if rows is None else rows
-        step, inputs = self.attend_and_update, emb.unbind(1)  # (B, E) each: one backward node
         if _steps_deferred(emb):
             step, inputs = self.deferred_steps(state, emb, rows)  # (rows[t], 3H) each
+        else:  # (B, E) each: one backward node, not one a step
+            step, inputs = self.attend_and_update, emb.unbind(1)
         for n, input_t in zip(rows, inputs, strict=True):
             if n < run["dec_state"].size(0):  # sliced when rows end, not every step: views
                 run = {name: value[:n] for name, value in run.items()}  # (n, ...)
