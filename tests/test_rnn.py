@@ -113,21 +113,28 @@ def test_training_steps_equal_the_modules_in_outputs_and_gradients(
     calls: list[int] = []
     model.decoder.cell.register_forward_hook(lambda module, args, out: calls.append(len(out)))
     results = []
-    for deferred in (True, False):
-        if not deferred:  # every step through nn.GRUCell, as on a GPU
-            monkeypatch.setattr("seq2seq.models.rnn._steps_deferred", lambda like: False)
-        model.zero_grad()
-        state = model.encode(src, src_lens, src_mask)
-        features, weights = model.decode(state, tgt_in)  # (B, T, E), (B, T, S)
-        loss = (weights * torch.arange(5.0)).sum()
-        if not attention_only:
-            loss = (
-                loss + (features * torch.linspace(-1, 1, features.numel()).view_as(features)).sum()
-            )
-        loss.backward()
-        grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
-        results.append((features.detach(), weights.detach(), grads))
-        assert bool(calls) != deferred  # the cell module ran only without the deferred path
+    # Deterministic mode fills what torch.empty returns with NaN: a gradient that reads memory no
+    # step wrote shows.
+    monkeypatch.setattr(torch.utils.deterministic, "fill_uninitialized_memory", True)
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        for deferred in (True, False):
+            if not deferred:  # every step through nn.GRUCell, as on a GPU
+                monkeypatch.setattr("seq2seq.models.rnn._steps_deferred", lambda like: False)
+            model.zero_grad()
+            state = model.encode(src, src_lens, src_mask)
+            features, weights = model.decode(state, tgt_in)  # (B, T, E), (B, T, S)
+            loss = (weights * torch.arange(5.0)).sum()
+            if not attention_only:
+                ramp = torch.linspace(-1, 1, features.numel()).view_as(features)
+                loss = loss + (features * ramp).sum()
+            loss.backward()
+            grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+            results.append((features.detach(), weights.detach(), grads))
+            assert bool(calls) != deferred  # the cell module ran only without the deferred path
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
     (ours, our_weights, our_grads), (truth, true_weights, true_grads) = results
     torch.testing.assert_close(ours, truth)
     torch.testing.assert_close(our_weights, true_weights)
