@@ -57,6 +57,39 @@ def test_output_loss_gradients_equal_autograd_of_torch_cross_entropy(
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.parametrize("bf16", [False, True])
+def test_output_loss_buffers_kept_between_calls_change_no_result(
+    bf16: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chunked(monkeypatch)
+    monkeypatch.setattr(loss, "_KEPT", {})
+    torch.manual_seed(4)
+    generator = torch.nn.Linear(5, 11)
+    calls = [(torch.randn(n, 5), torch.randint(0, 11, (n,))) for n in (150, 30, 200, 70)]
+
+    def run(rows: torch.Tensor, target: torch.Tensor) -> list[torch.Tensor]:
+        rows = rows.clone().requires_grad_()
+        generator.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss_sum, nll = output_loss(rows, generator.weight, generator.bias, target, 0.1)
+        loss_sum.backward()
+        return [loss_sum.detach(), nll, rows.grad, generator.weight.grad, generator.bias.grad]
+
+    reused = [run(*call) for call in calls]  # buffers made by the first call, grown by the third
+    # The logits; under bf16 also their fp32 copy, the weight cast, its gradient's product twice.
+    assert len(loss._KEPT) == (5 if bf16 else 1)
+    assert all(t.size(0) == loss.ROWS for (name, *_), t in loss._KEPT.items() if name == "logits")
+    for call, got in zip(calls, reused, strict=True):
+        loss._KEPT.clear()  # each call on buffers of its own
+        for a, b in zip(got, run(*call), strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    # Buffers filled with junk before a call change nothing either: none is read before written.
+    for t in loss._KEPT.values():
+        t.fill_(float("nan"))
+    for a, b in zip(run(*calls[-1]), reused[-1], strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def test_output_loss_without_gradients_keeps_nothing_for_backward() -> None:
     rows, generator = torch.randn(9, 5), torch.nn.Linear(5, 11)
     target = torch.randint(0, 11, (9,))
