@@ -283,3 +283,21 @@ def test_paths_without_fast_are_refused_in_one_line(capsys) -> None:
     assert stopped.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--paths must include fast" in err[0] and "(see --help)" in err[0]
+
+
+def test_profile_split_counts_each_matmul_once_by_dtype_with_its_flops():
+    """docs/analysis/profile_update.py's split: fp32 and bf16 matmuls apart, FLOPs from the shapes
+    (addmm's added term skipped, bmm's batch counted), and every other aten op as 'other'."""
+    from torch.profiler import ProfilerActivity, profile
+
+    profile_update = load_script("profile_update", "docs/analysis")
+    a, b, bias = torch.randn(6, 4), torch.randn(4, 3), torch.randn(3)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        a @ b  # fp32: 2 * 6 * 4 * 3
+        torch.addmm(bias.bfloat16(), a.bfloat16(), b.bfloat16())  # bf16: 2 * 6 * 4 * 3
+        torch.bmm(torch.randn(5, 6, 4), torch.randn(5, 4, 2))  # fp32: 5 * 2 * 6 * 4 * 2
+        torch.tanh(a)
+    split = profile_update.by_dtype(prof.events(), updates=2)
+    assert split["fp32 flop"] == (2 * 6 * 4 * 3 + 5 * 2 * 6 * 4 * 2) / 2
+    assert split["bf16 flop"] == 2 * 6 * 4 * 3 / 2
+    assert split["fp32"] > 0 and split["bf16"] > 0 and split["other"] > 0

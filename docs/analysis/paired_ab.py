@@ -1,12 +1,12 @@
 """Paired A/B of a training update: the given functions as at a commit (A) against the working tree (B).
 
     python docs/analysis/paired_ab.py N REV path/to/module.py:Class.attr [...] [path/to/dep.py ...]
-        [-- train.py flags]
+        [--path NAME] [-- train.py flags]
 
-Builds the data and the model as `scripts/benchmark.py` does (its `fast` path: forward, backward,
-clipping, Adam) and runs each of the first N training batches twice back to back, once with each
-attribute as it is at REV (its module's source at REV, executed apart) and once as in the working
-tree, in alternating order. A path without an attribute names a module whose source at REV the
+Builds the data and the model as `scripts/benchmark.py` does (its `fast` path unless `--path` names
+another of its paths, e.g. `bf16`: forward, backward, clipping, Adam) and runs each of the first N
+training batches twice back to back, once with each attribute as it is at REV (its module's source
+at REV, executed apart) and once as in the working tree, in alternating order. A path without an attribute names a module whose source at REV the
 old attributes import in place of today's (when the two change together). Prints the ratio of the
 summed times and the median of the per-batch ratios (A / B: above 1, B is faster). A batch's two
 runs a second apart see the same machine, so the pairs resolve differences that whole windows on a
@@ -60,6 +60,10 @@ def main(argv: list[str]) -> int:
     ours, flags = (
         (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     )
+    path_name = "fast"
+    if "--path" in ours:
+        at = ours.index("--path")
+        path_name, ours = ours[at + 1], ours[:at] + ours[at + 2 :]
     count, rev, specs = int(ours[0]), ours[1], ours[2:]
     deps = {s.removesuffix(".py").replace("/", "."): s for s in specs if ":" not in s}
     for spec in specs:  # today's modules first, importing today's
@@ -68,8 +72,8 @@ def main(argv: list[str]) -> int:
     sys.modules.update({name: module_at(rev, path) for name, path in deps.items()})
     swaps = [old_attribute(rev, spec) for spec in specs if ":" in spec]
     sys.modules.update(now)  # the old attributes hold the old modules' names; the rest, today's
-    _, _, paths = make_paths(parse_args(flags), ["fast"], torch.device("cpu"))
-    fast = paths["fast"]
+    _, _, paths = make_paths(parse_args(flags), [path_name], torch.device("cpu"))
+    fast = paths[path_name]
 
     def use(side: str) -> None:
         for owner, attr, old, new in swaps:
