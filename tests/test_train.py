@@ -83,3 +83,23 @@ def test_mismatched_corpus_is_refused_with_both_counts(tmp_path, monkeypatch, ca
 def test_bad_flag_value_is_one_line_exit_2(tmp_path, capsys):
     assert train.main(["--batch-tokens", "-5", "--log-dir", str(tmp_path / "runs")]) == 2
     assert capsys.readouterr().err.strip() == "error: --batch-tokens must be positive, got -5"
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native bf16", "no native bf16"])
+def test_precision_auto_trains_in_bf16_only_where_the_cpu_has_it(
+    native, tiny_corpus, tmp_path, monkeypatch
+):
+    from seq2seq.training import launch
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(launch, "native_bf16", lambda: native)
+    args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--max-steps", "2")
+    assert train.main(args) == 0  # --precision left at its default, auto
+    hparams = (tmp_path / "runs" / "rnn-additive" / "version_0" / "hparams.yaml").read_text()
+    # The run records what ran, not "auto": a resume or a reader sees the same precision.
+    assert ("precision: bf16-mixed" in hparams) == native
+    assert ("precision: 32-true" in hparams) == (not native)
+    # A GPU keeps fp32 (bf16 unmeasured there); a name given is kept whatever the CPU.
+    assert launch.resolve_precision("gpu", "auto") == "32-true"
+    assert launch.resolve_precision("cpu", "32-true") == "32-true"
+    assert launch.resolve_precision("cpu", "bf16-mixed") == "bf16-mixed"

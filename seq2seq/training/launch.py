@@ -29,6 +29,19 @@ SLOW_BF16 = (
 )
 
 
+def resolve_precision(accelerator: str, precision: str) -> str:
+    """`auto` made concrete: bf16-mixed on a CPU with native bf16, where it trained faster than fp32
+    (scripts/benchmark.py) and scored alike over three seeds (docs/study.md, the bf16 study); else
+    32-true, on GPUs too, where bf16 has not been measured. Any other name is returned as given."""
+    if precision != "auto":
+        return precision
+    return "bf16-mixed" if _on_cpu(accelerator) and native_bf16() else "32-true"
+
+
+def _on_cpu(accelerator: str) -> bool:
+    return accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+
+
 def check_hardware(accelerator: str, devices: str, strategy: str, precision: str) -> str | None:
     """Refuse (UserError naming the flag) an unknown or unavailable setting; returns a one-line
     warning for a choice that works but is slow here (bf16 on a CPU without bf16), else None."""
@@ -46,12 +59,13 @@ def check_hardware(accelerator: str, devices: str, strategy: str, precision: str
         close = difflib.get_close_matches(strategy, strategies, n=1)
         hint = f"did you mean {close[0]}?" if close else "e.g. auto, ddp"
         raise UserError(f"--strategy {strategy}: not a Lightning strategy ({hint})")
-    if precision not in PRECISIONS:
+    if precision not in ("auto", *PRECISIONS):
         common = ", ".join(p for p in PRECISIONS if "-" in p and "engine" not in p)
-        raise UserError(f"--precision {precision}: not a Lightning precision (one of {common})")
-    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+        raise UserError(
+            f"--precision {precision}: not a Lightning precision (auto or one of {common})"
+        )
     bf16 = precision.startswith("bf16") or precision in ("16-mixed", "16")  # Lightning: bf16 on CPU
-    if on_cpu and bf16 and not native_bf16():
+    if _on_cpu(accelerator) and bf16 and not native_bf16():
         capability = torch.backends.cpu.get_cpu_capability()
         return SLOW_BF16.format(precision=precision, capability=capability)
     return None
