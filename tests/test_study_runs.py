@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.machine import REPO
+from seq2seq.machine import REPO, native_bf16
 from seq2seq.study import process
 from seq2seq.study.layout import Study
 from seq2seq.study.spec import Run
@@ -79,6 +79,8 @@ def test_a_study_from_another_folder_stops_and_resumes_to_its_end(tiny_corpus, t
     assert all("--resume" in s["command"] for s in sittings(work, "a-seed1")[1:])
     result = json.loads((caller / "study" / "runs" / "a-seed1" / "result.json").read_text())
     assert result["updates"] == 40
+    # The flags leave --precision at auto; the result says what that became on this CPU.
+    assert result["precision"] == ("bf16-mixed" if native_bf16() else "32-true")
     assert (caller / "study" / "report.md").exists()
     status = subprocess.run([sys.executable, str(SCRIPT), "status", "study", "--work-dir", "work"],
                             cwd=caller, env=ENV, capture_output=True, text=True)  # fmt: skip

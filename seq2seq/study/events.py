@@ -1,5 +1,6 @@
-"""A run's TensorBoard events read back: its scalars sitting by sitting, and the wall time and speed
-a study reports (docs/analysis/score_curves.py reads the attention statistics through it too)."""
+"""A run's TensorBoard folder read back: its scalars sitting by sitting, the wall time and speed a
+study reports (docs/analysis/score_curves.py reads the attention statistics through it too), and
+the precision its hparams.yaml records."""
 
 from pathlib import Path
 from typing import Any
@@ -35,3 +36,14 @@ def training_figures(version_dir: Path) -> dict[str, Any]:
         "train_hours": seconds / 3600,
         "tokens_per_sec": sum(speeds) / len(speeds) if speeds else None,
     }
+
+
+def trained_precision(version_dir: Path) -> str | None:
+    """The precision the run's last sitting trained in, as train.py resolved it (`auto` made a
+    Lightning name) into hparams.yaml; None where that file or key is missing."""
+    import yaml
+
+    path = version_dir / "hparams.yaml"
+    if not path.is_file():
+        return None
+    return (yaml.safe_load(path.read_text("utf-8")) or {}).get("precision")

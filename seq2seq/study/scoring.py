@@ -22,7 +22,7 @@ from typing import Any
 from seq2seq.atomic import atomic_write_text
 from seq2seq.errors import UserError
 from seq2seq.machine import REPO, provenance
-from seq2seq.study.events import training_figures
+from seq2seq.study.events import trained_precision, training_figures
 from seq2seq.study.layout import Study
 from seq2seq.study.spec import Run, StudySpec
 
@@ -114,6 +114,7 @@ def score_run(study: Study, spec: StudySpec, run: Run) -> dict[str, Any]:
         "variant": run.variant,
         "seed": run.seed,
         "flags": spec.portable().train_flags(run),  # paths in the checkout relative to it
+        "precision": trained_precision(study.version_dir(run)),  # what `--precision auto` became
         "split": spec.split,
         "beam": spec.beam,
         **chosen,
