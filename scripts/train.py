@@ -126,6 +126,8 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     # Validation metrics come from outputs gathered across ranks: every rank logs the same value.
     warnings.filterwarnings("ignore", ".*sync_dist=True.*")
+    # bf16-mixed is the default on a CPU with native bf16; the summary's size estimate in fp32 is fine.
+    warnings.filterwarnings("ignore", ".*not supported by the model summary.*")
     # No flag or variable turns Lightning's adverts off (Lightning-AI/pytorch-lightning#21294); its
     # console loggers are the documented handle on what it prints.
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_no_tips)
