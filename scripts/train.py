@@ -111,7 +111,12 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
     from seq2seq.models.build import build_model, model_args_from
     from seq2seq.training.callbacks import AlignmentErrorRate, AttentionHeatmaps, TokensPerSecond
     from seq2seq.training.guards import NonFiniteLossGuard
-    from seq2seq.training.launch import check_hardware, resolve_precision, trainer_error
+    from seq2seq.training.launch import (
+        check_hardware,
+        resolve_precision,
+        slow_precision,
+        trainer_error,
+    )
     from seq2seq.training.runs import (
         check_fits,
         check_writable,
@@ -132,13 +137,17 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
     # console loggers are the documented handle on what it prints.
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_no_tips)
     # Bad input is refused before any data work: the hardware flags, the run folder, the checkpoint.
-    # `auto` becomes a Lightning name here, so the checkpoint's hyperparameters say what ran.
-    cfg = dataclasses.replace(cfg, precision=resolve_precision(cfg.accelerator, cfg.precision))
-    slow = check_hardware(cfg.accelerator, cfg.devices, cfg.strategy, cfg.precision)
+    check_hardware(cfg.accelerator, cfg.devices, cfg.strategy, cfg.precision)
     folder, ckpt_path = resume_plan(cfg.log_dir, cfg.name, cfg.resume)
     flag = f"--log-dir {cfg.log_dir}" if folder.version is None else f"--resume {ckpt_path}"
     check_writable(folder.path, flag)
     checkpoint = read_resumable(ckpt_path) if ckpt_path else None
+    # `auto` becomes a Lightning name here (a resumed run keeps its own), so hparams.yaml and the
+    # checkpoints say what ran.
+    cfg = dataclasses.replace(
+        cfg, precision=resolve_precision(cfg.accelerator, cfg.precision, checkpoint)
+    )
+    slow = slow_precision(cfg.accelerator, cfg.precision)
     resumed_step = checkpoint["global_step"] if checkpoint is not None else None
     # version=None: the next version_N; a resumed run keeps logging into its own version folder.
     logger = TensorBoardLogger(

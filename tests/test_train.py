@@ -103,3 +103,35 @@ def test_precision_auto_trains_in_bf16_only_where_the_cpu_has_it(
     assert launch.resolve_precision("gpu", "auto") == "32-true"
     assert launch.resolve_precision("cpu", "32-true") == "32-true"
     assert launch.resolve_precision("cpu", "bf16-mixed") == "bf16-mixed"
+
+
+def test_a_resumed_run_keeps_the_precision_auto_gave_it_on_any_cpu(
+    tiny_corpus, tmp_path, monkeypatch, capsys
+):
+    from seq2seq.training import launch
+
+    monkeypatch.chdir(tmp_path)
+    args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--max-steps", "2")
+    run = tmp_path / "runs" / "rnn-additive" / "version_0"
+    last = run / "checkpoints" / "last.ckpt"
+    monkeypatch.setattr(launch, "native_bf16", lambda: True)
+    assert train.main(args) == 0
+    assert torch.load(last, weights_only=True)["precision"] == "bf16-mixed"
+
+    # Resumed where bf16 is not native: still bf16-mixed, as it began, and the slow path is named.
+    monkeypatch.setattr(launch, "native_bf16", lambda: False)
+    capsys.readouterr()
+    assert train.main(args[:-1] + ["4", "--resume", str(last)]) == 0
+    assert "warning: --precision bf16-mixed: this CPU has no native bf16" in capsys.readouterr().err
+    resumed = torch.load(last, weights_only=True)
+    assert (resumed["global_step"], resumed["precision"]) == (4, "bf16-mixed")
+
+    # A checkpoint from before `auto` trained in that day's default, fp32; it resumes so, even where
+    # bf16 is native.
+    monkeypatch.setattr(launch, "native_bf16", lambda: True)
+    old = torch.load(last, weights_only=False)
+    del old["precision"]
+    torch.save(old, last)
+    assert train.main(args[:-1] + ["6", "--resume", str(last)]) == 0
+    resumed = torch.load(last, weights_only=True)
+    assert (resumed["global_step"], resumed["precision"]) == (6, "32-true")

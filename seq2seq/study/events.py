@@ -39,8 +39,9 @@ def training_figures(version_dir: Path) -> dict[str, Any]:
 
 
 def trained_precision(version_dir: Path) -> str | None:
-    """The precision the run's last sitting trained in, as train.py resolved it (`auto` made a
-    Lightning name) into hparams.yaml; None where that file or key is missing."""
+    """The precision the run began in, as train.py resolved it (`auto` made a Lightning name) into
+    hparams.yaml, which Lightning writes at a run's first start only; a resumed run keeps it unless
+    its command names another. None where that file or key is missing."""
     import yaml
 
     path = version_dir / "hparams.yaml"

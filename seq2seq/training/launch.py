@@ -29,12 +29,17 @@ SLOW_BF16 = (
 )
 
 
-def resolve_precision(accelerator: str, precision: str) -> str:
-    """`auto` made concrete: bf16-mixed on a CPU with native bf16, where it trained faster than fp32
-    (scripts/benchmark.py) and scored alike over three seeds (docs/study.md, the bf16 study); else
-    32-true, on GPUs too, where bf16 has not been measured. Any other name is returned as given."""
+def resolve_precision(accelerator: str, precision: str, resumed: dict | None = None) -> str:
+    """`auto` made concrete. A resumed run (`resumed`: its checkpoint) keeps the precision it began
+    in, so the same command with --resume continues it as it started; a checkpoint written before
+    `auto` existed trained in the default of then, 32-true. A new run: bf16-mixed on a CPU with
+    native bf16, where it trained faster than fp32 (scripts/benchmark.py) and scored alike over
+    three seeds (docs/study.md, the bf16 study); else 32-true, on GPUs too, where bf16 has not been
+    measured. Any other name is returned as given."""
     if precision != "auto":
         return precision
+    if resumed is not None:
+        return resumed.get("precision", "32-true")
     return "bf16-mixed" if _on_cpu(accelerator) and native_bf16() else "32-true"
 
 
@@ -42,9 +47,8 @@ def _on_cpu(accelerator: str) -> bool:
     return accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
 
 
-def check_hardware(accelerator: str, devices: str, strategy: str, precision: str) -> str | None:
-    """Refuse (UserError naming the flag) an unknown or unavailable setting; returns a one-line
-    warning for a choice that works but is slow here (bf16 on a CPU without bf16), else None."""
+def check_hardware(accelerator: str, devices: str, strategy: str, precision: str) -> None:
+    """Refuse (UserError naming the flag) an unknown or unavailable setting."""
     if accelerator not in ACCELERATORS:
         raise UserError(f"--accelerator {accelerator}: not one of {', '.join(ACCELERATORS)}")
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
@@ -64,6 +68,11 @@ def check_hardware(accelerator: str, devices: str, strategy: str, precision: str
         raise UserError(
             f"--precision {precision}: not a Lightning precision (auto or one of {common})"
         )
+
+
+def slow_precision(accelerator: str, precision: str) -> str | None:
+    """A one-line warning for a precision that works but is slow here (bf16 on a CPU without native
+    bf16), else None."""
     bf16 = precision.startswith("bf16") or precision in ("16-mixed", "16")  # Lightning: bf16 on CPU
     if _on_cpu(accelerator) and bf16 and not native_bf16():
         capability = torch.backends.cpu.get_cpu_capability()

@@ -243,6 +243,8 @@ class TranslationSystem(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["lr_horizon"] = self._lr_horizon
+        # What `--precision auto` became, which a resumed run keeps (seq2seq.training.launch).
+        checkpoint["precision"] = str(self.trainer.precision)
         # What rebuilds the model without this class (seq2seq.decoding.loading.load_model).
         checkpoint["seq2seq_version"] = __version__
         checkpoint["model_args"] = dict(self.model.model_args)
