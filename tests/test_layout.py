@@ -4,6 +4,7 @@ import breaks it, each concept has its folder, and checkpoints written before th
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,7 @@ def test_the_layering_contracts_hold() -> None:
         ("data/batching.py", "from seq2seq.training import config", "Layers"),
         ("models/rnn.py", "import lightning", "Models need torch and the basics alone"),
         ("checkpoint.py", "import seq2seq.models.build", "The basics import no sub-package"),
+        ("machine.py", "import seq2seq.training.config", "The basics import no sub-package"),
     ],
 )
 def test_a_forbidden_import_breaks_the_contracts(
@@ -58,6 +60,14 @@ def test_each_concept_has_its_folder_and_only_the_basics_stay_on_top() -> None:
     package = ROOT / "seq2seq"
     top = {path.stem for path in package.glob("*.py")}
     assert top == BASICS
+    # Every basic module but the package's own __init__ is held to importing no sub-package.
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["importlinter"]
+    (basics,) = [
+        c for c in contracts["contracts"] if c["name"] == "The basics import no sub-package"
+    ]
+    assert {name.removeprefix("seq2seq.") for name in basics["source_modules"]} == BASICS - {
+        "__init__"
+    }
     folders = {path.name for path in package.iterdir() if (path / "__init__.py").is_file()}
     assert folders == FOLDERS
     for folder in FOLDERS:
