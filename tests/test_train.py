@@ -111,17 +111,19 @@ def test_a_resumed_run_keeps_the_precision_auto_gave_it_on_any_cpu(
     from seq2seq.training import launch
 
     monkeypatch.chdir(tmp_path)
-    args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--max-steps", "2")
-    run = tmp_path / "runs" / "rnn-additive" / "version_0"
-    last = run / "checkpoints" / "last.ckpt"
+    last = tmp_path / "runs" / "rnn-additive" / "version_0" / "checkpoints" / "last.ckpt"
+
+    def args(steps: int, *resume: str) -> list[str]:
+        return tiny_train_args(tiny_corpus, tmp_path / "runs", "--max-steps", str(steps), *resume)
+
     monkeypatch.setattr(launch, "native_bf16", lambda: True)
-    assert train.main(args) == 0
+    assert train.main(args(2)) == 0
     assert torch.load(last, weights_only=True)["precision"] == "bf16-mixed"
 
     # Resumed where bf16 is not native: still bf16-mixed, as it began, and the slow path is named.
     monkeypatch.setattr(launch, "native_bf16", lambda: False)
     capsys.readouterr()
-    assert train.main(args[:-1] + ["4", "--resume", str(last)]) == 0
+    assert train.main(args(4, "--resume", str(last))) == 0
     assert "warning: --precision bf16-mixed: this CPU has no native bf16" in capsys.readouterr().err
     resumed = torch.load(last, weights_only=True)
     assert (resumed["global_step"], resumed["precision"]) == (4, "bf16-mixed")
@@ -132,6 +134,6 @@ def test_a_resumed_run_keeps_the_precision_auto_gave_it_on_any_cpu(
     old = torch.load(last, weights_only=False)
     del old["precision"]
     torch.save(old, last)
-    assert train.main(args[:-1] + ["6", "--resume", str(last)]) == 0
+    assert train.main(args(6, "--resume", str(last))) == 0
     resumed = torch.load(last, weights_only=True)
     assert (resumed["global_step"], resumed["precision"]) == (6, "32-true")
