@@ -297,7 +297,7 @@ def test_profile_split_counts_each_matmul_once_by_dtype_with_its_flops():
         torch.addmm(bias.bfloat16(), a.bfloat16(), b.bfloat16())  # bf16: 2 * 6 * 4 * 3
         torch.bmm(torch.randn(5, 6, 4), torch.randn(5, 4, 2))  # fp32: 5 * 2 * 6 * 4 * 2
         torch.tanh(a)
-    split = profile_update.by_dtype(prof.events(), updates=2)
+    split = profile_update.by_dtype(prof, updates=2)
     assert split["fp32 flop"] == (2 * 6 * 4 * 3 + 5 * 2 * 6 * 4 * 2) / 2
     assert split["bf16 flop"] == 2 * 6 * 4 * 3 / 2
     assert split["fp32"] > 0 and split["bf16"] > 0 and split["other"] > 0

@@ -35,15 +35,22 @@ def matmul_flops(name: str, shapes: list[list[int]]) -> float:
     return 2.0 * (a[0] if len(a) == 3 else 1) * a[-2] * a[-1] * b[-1]
 
 
-def by_dtype(events, updates: int) -> dict[str, float]:
+def input_dtypes(prof) -> dict[int, list[str]]:
+    """Each event's input dtypes by its id. Torch before 2.13 keeps them on the profiler's kineto
+    events alone, whose correlation id is the event's id (the GPU machine's image had 2.11)."""
+    return {k.correlation_id(): k.dtypes() for k in prof.profiler.kineto_results.events()}
+
+
+def by_dtype(prof, updates: int) -> dict[str, float]:
     """Seconds an update of matmuls by dtype ('fp32', 'bf16'), their FLOPs ('fp32 flop', ...),
     and of the other aten ops ('other')."""
     out = {"fp32": 0.0, "bf16": 0.0, "fp32 flop": 0.0, "bf16 flop": 0.0, "other": 0.0}
-    for e in events:
+    dtypes = input_dtypes(prof)
+    for e in prof.events():
         if not e.name.startswith("aten::"):
             continue
         operand = 1 if e.name == "aten::addmm" else 0  # addmm: the added term first
-        kind = DTYPES.get(e.input_dtypes[operand], "other") if e.name in MATMULS else "other"
+        kind = DTYPES.get(dtypes[e.id][operand], "other") if e.name in MATMULS else "other"
         out[kind] += e.self_cpu_time_total / 1e6 / updates
         if kind != "other":
             out[f"{kind} flop"] += matmul_flops(e.name, e.input_shapes) / updates
@@ -84,7 +91,7 @@ def profile_path(path, name: str, args) -> dict[str, float]:
             shapes = str(e.input_shapes)[:70] if rows is events else ""
             calls = e.count / args.updates
             print(f"{e.key:32s} {share:9.1%} {ms:9.2f} {calls:6.1f}  {shapes}")
-    return by_dtype(prof.events(), args.updates)
+    return by_dtype(prof, args.updates)
 
 
 def compare(splits: dict[str, dict[str, float]]) -> None:
