@@ -36,8 +36,9 @@ def matmul_flops(name: str, shapes: list[list[int]]) -> float:
 
 
 def input_dtypes(prof) -> dict[int, list[str]]:
-    """Each event's input dtypes by its id. Torch before 2.13 keeps them on the profiler's kineto
-    events alone, whose correlation id is the event's id (the GPU machine's image had 2.11)."""
+    """Each event's input dtypes by its id, read from the profiler's kineto events, whose correlation
+    id is the event's id: torch 2.11 (the GPU machine's image) has no `FunctionEvent.input_dtypes`,
+    2.13 has; the kineto events carry them in both."""
     return {k.correlation_id(): k.dtypes() for k in prof.profiler.kineto_results.events()}
 
 
