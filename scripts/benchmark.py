@@ -174,7 +174,7 @@ def make_paths(cfg: TrainConfig, names: list[str], device: torch.device) -> tupl
 
 def decode_speed(translator, sources: list[str], refs: list[str], rounds: int) -> dict:
     """Greedy and beam-5 sentences/s (medians over rounds, the two interleaved) and their BLEU."""
-    from seq2seq.training.metrics import corpus_bleu
+    from seq2seq.decoding.metrics import corpus_bleu
 
     out, times = {"sentences": len(sources)}, {"greedy": [], "beam5": []}
     for _ in range(rounds):

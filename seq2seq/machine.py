@@ -1,6 +1,6 @@
 """What a figure was measured on: the CPU (model, torch's capability level, native bf16 or not), the
-checkout's commit and torch's version. The one place each is read; studies, benchmarks and the launch
-checks all ask here.
+commit of the checkout the package runs from (if any) and torch's version. The one place each is
+read; studies, benchmarks and the launch checks all ask here.
 """
 
 import datetime
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]  # the checkout: scripts/, docs/ and the package
+# The package's own folder: git finds the checkout around it, if it runs from one.
+PACKAGE = Path(__file__).resolve().parent
 
 
 def cpu_model() -> str:
@@ -46,15 +47,16 @@ def cpu_line() -> str:
 
 
 def git_commit(short: bool = False) -> str:
-    """The checkout's commit, with `+dirty` when tracked files differ from it; '' outside git."""
+    """The commit of the checkout holding this package, with `+dirty` when tracked files differ
+    from it; '' for a package installed outside git."""
     try:
         commit = subprocess.run(
             ["git", "rev-parse", *(["--short"] if short else []), "HEAD"],
-            cwd=REPO, capture_output=True, text=True, check=True,
+            cwd=PACKAGE, capture_output=True, text=True, check=True,
         ).stdout.strip()  # fmt: skip
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=REPO, capture_output=True, text=True, check=True,
+            cwd=PACKAGE, capture_output=True, text=True, check=True,
         ).stdout.strip()  # fmt: skip
     except (OSError, subprocess.CalledProcessError):
         return ""

@@ -120,13 +120,16 @@ def tiny_checkpoint(tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory)
                            "--val-every", "150", "--lr", "1e-2", "--warmup-steps", "30",
                            "--dropout", "0", "--label-smoothing", "0", "--emb-size", "32",
                            "--hidden-size", "64")  # fmt: skip
+    from seq2seq.commands import train
+
     with contextlib.chdir(root):  # the data cache goes to ./data/cache
-        assert load_script("train").main(args) == 0
+        assert train.main(args) == 0
     return root / "runs" / "rnn-additive" / "version_0" / "checkpoints" / "last.ckpt"
 
 
 # The last commit before the package moved into sub-packages (seq2seq/rnn.py, seq2seq/config.py, ...).
 PREMOVE_COMMIT = "0a17e04"
+# Run in that commit's tree, whose tests.conftest loads its scripts/train.py by path.
 PREMOVE_RUN = """
 from pathlib import Path
 from tests.conftest import load_script, tiny_train_args, write_corpus

@@ -188,8 +188,9 @@ if __name__ == "__main__":
 def test_every_epoch_holds_whole_updates_so_validation_falls_on_their_boundaries(
     tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from seq2seq.commands import train
     from seq2seq.data.batching import TokenBudgetBatchSampler
-    from tests.conftest import load_script, tiny_train_args
+    from tests.conftest import tiny_train_args
 
     lengths = [5, 9, 3, 7, 11, 4, 6, 8, 2, 10] * 7  # 70 examples, a few dozen batches
     for accumulate in (1, 3, 4):
@@ -203,7 +204,7 @@ def test_every_epoch_holds_whole_updates_so_validation_falls_on_their_boundaries
     monkeypatch.chdir(tmp_path)
     args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--accumulate-grad-batches", "4")
     args += ["--max-steps", "9", "--val-every", "3", "--keep-best", "5"]
-    assert load_script("train").main(args) == 0
+    assert train.main(args) == 0
     ckpts = sorted((tmp_path / "runs" / "rnn-additive" / "version_0" / "checkpoints").iterdir())
     states = [torch.load(p, weights_only=True)["TranslationDataModule"] for p in ckpts]
     assert len(states) >= 3 and {s["epoch"] for s in states} != {0}  # later epochs are there

@@ -8,6 +8,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from seq2seq.commands import train as train_command
 from seq2seq.data.tokenizer import EOS, Tokenizer
 from seq2seq.models.interface import Seq2Seq
 from seq2seq.models.rnn import RNNSeq2Seq
@@ -17,7 +18,7 @@ from seq2seq.training.callbacks import (
     probe_alignments,
     teacher_forced_alignments,
 )
-from tests.conftest import load_script, tiny_train_args
+from tests.conftest import tiny_train_args
 
 
 def make_model(kind: str, vocab_size: int) -> Seq2Seq:
@@ -119,7 +120,7 @@ def run_train(corpus: Path, root: Path, *extra: str) -> Path:
     """Train in-process for 60 updates in `root`; returns the run folder."""
     args = tiny_train_args(corpus, root / "runs", "--max-steps", "60", *extra)
     with contextlib.chdir(root):  # the data cache goes to ./data/cache
-        assert load_script("train").main(args) == 0
+        assert train_command.main(args) == 0
     return root / "runs" / "rnn-additive" / "version_0"
 
 

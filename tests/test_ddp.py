@@ -1,4 +1,4 @@
-"""scripts/train.py on several CPU processes (DDP over gloo): two ranks under torchrun, and two
+"""`python -m seq2seq train` on several CPU processes (DDP over gloo): two ranks under torchrun, and two
 "machines" on localhost (`--num-nodes 2`, NODE_RANK 0 and 1, one process each).
 
 On a cold cache exactly one tokenizer is trained and one cache written, both ranks train, and the
@@ -17,9 +17,10 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.conftest import load_script, tiny_train_args, write_corpus
+from seq2seq.commands import evaluate as evaluate_command
+from tests.conftest import tiny_train_args, write_corpus
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "train.py"
+TRAIN = ("-m", "seq2seq", "train")  # `python -m seq2seq train`; torchrun takes -m too
 # A wider model at a high rate reaches a BLEU above zero within 40 steps: equal BLEU means something.
 LEARNS = ("--emb-size", "32", "--hidden-size", "64", "--lr", "1e-2", "--dropout", "0",
           "--label-smoothing", "0", "--max-epochs", "1000", "--val-every", "20")  # fmt: skip
@@ -90,7 +91,7 @@ def ddp_flags(corpus: Path, tmp_path: Path, *extra: str) -> list[str]:
 
 def torchrun(flags: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-               "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(SCRIPT),
+               "--master-addr", "127.0.0.1", "--master-port", str(free_port()), *TRAIN,
                *flags, "--devices", "2"]  # fmt: skip
     run = subprocess.run(
         command, cwd=tmp_path, env=probed_env(tmp_path), capture_output=True, text=True, timeout=240
@@ -120,7 +121,7 @@ def check_bleu_equals_one_process_evaluation(run_dir: Path, steps: int) -> None:
     assert torch.load(last, weights_only=False)["global_step"] == steps
     out = run_dir / "eval.json"
     argv = [str(last), "--split", "val", "--beam", "1", "--device", "cpu", "--json", str(out)]
-    assert load_script("evaluate").main(argv) == 0
+    assert evaluate_command.main(argv) == 0
     single = json.loads(out.read_text())
     assert bleus[-1].value > 0  # else equality would prove little
     assert single["bleu"] == pytest.approx(bleus[-1].value, abs=1e-4)  # events store float32
@@ -153,7 +154,7 @@ def test_two_machines_on_localhost_build_the_cache_once_train_and_validate_like_
     common = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2"}
     nodes = [
         subprocess.Popen(
-            [sys.executable, str(SCRIPT), *flags],
+            [sys.executable, *TRAIN, *flags],
             cwd=tmp_path,
             env=probed_env(tmp_path, NODE_RANK=str(rank), **common),
             stdout=subprocess.PIPE,
@@ -187,9 +188,10 @@ def test_a_stop_one_rank_finds_during_validation_stops_both_at_the_same_batch(
     (spent / "sitecustomize.py").write_text(SPENT_ON_RANK_0)
     flags = ddp_flags(corpus, tmp_path, "--max-steps", "20", "--val-every", "10")
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-               "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(SCRIPT),
+               "--master-addr", "127.0.0.1", "--master-port", str(free_port()), *TRAIN,
                *flags, "--devices", "2", "--max-minutes", "60"]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(spent)}
+    path = os.pathsep.join(filter(None, [str(spent), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
     # Without the agreement rank 1 would wait in a collective for ever: the timeout fails the test.
     stopped = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
                              timeout=240)  # fmt: skip

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import load_script
+from seq2seq.commands import study as study_command
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -179,7 +179,7 @@ def test_a_study_command_for_a_committed_study_gives_its_spec(
         while option in args:
             del args[args.index(option) : args.index(option) + 2]
     monkeypatch.chdir(ROOT)
-    code = load_script("study").main(["commands", *args, "--work-dir", str(tmp_path)])
+    code = study_command.main(["commands", *args, "--work-dir", str(tmp_path)])
     out, err = capsys.readouterr()
     assert code == 0, f"{page.name}: {command!r} is refused: {err.strip()}"
     assert out == "", f"{page.name}: runs of the committed study are not all done"

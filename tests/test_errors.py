@@ -27,13 +27,14 @@ import seq2seq.data.cachelock as cachelock
 import seq2seq.data.datamodule
 import seq2seq.data.prepare
 import seq2seq.training.launch as launch
+from seq2seq.commands import train
+from seq2seq.commands import translate as translate_command
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.prepare import prepare
 from seq2seq.training.config import parse_args
 from seq2seq.training.system import TranslationSystem
-from tests.conftest import load_script, tiny_train_args, write_corpus
+from tests.conftest import tiny_train_args, write_corpus
 
-train = load_script("train")
 DOC = Path(__file__).resolve().parents[1] / "docs" / "errors.md"
 SMALL = {"train": 30, "val": 5}
 RUN = Path("runs/rnn-additive/version_0/checkpoints")  # the log folder's first run
@@ -529,5 +530,5 @@ def test_translate_refuses_a_gz_input_that_is_not_gzip(
     monkeypatch.chdir(tmp_path)
     Path("sources.gz").write_text("Ein hund läuft\n")  # plain text under a .gz name
     ckpt = str(trained_run / RUN / "last.ckpt")
-    assert load_script("translate").main([ckpt, "--input", "sources.gz"]) == 2
+    assert translate_command.main([ckpt, "--input", "sources.gz"]) == 2
     assert capsys.readouterr().err.strip() == in_doc(r"error: --input sources.gz")

@@ -13,11 +13,7 @@ import pytest
 import torch
 
 from seq2seq.alignment.words import format_pharaoh
-from tests.conftest import load_script
-
-evaluate = load_script("evaluate")
-translate = load_script("translate")
-average = load_script("average_checkpoints")
+from seq2seq.commands import average, evaluate, translate
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ SIZES = {"train": 200_000, "val": 20_000, "test": 20_000}
 
 def _prepare_args(corpus: Path, cache: Path) -> list[str]:
     return [
-        sys.executable, str(ROOT / "scripts" / "prepare.py"), "--data-dir", str(corpus),
+        sys.executable, "-m", "seq2seq", "prepare", "--data-dir", str(corpus),
         "--cache-dir", str(cache), "--vocab-size", "100", "--spm-sample", "100000",
         "--prepare-workers", "2",
     ]  # fmt: skip
@@ -245,7 +245,7 @@ def test_only_the_temporaries_of_dead_owners_are_removed(tmp_path: Path) -> None
     assert left == {"mine", "live", "other host"} and len(said) == 3
 
 
-TRAIN = ROOT / "scripts" / "train.py"
+TRAIN = ("-m", "seq2seq", "train")  # `python -m seq2seq train`
 
 
 @pytest.mark.slow
@@ -259,7 +259,7 @@ def test_training_killed_while_writing_a_checkpoint_resumes_to_its_last_step(
     args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--hidden-size", "512",
                            "--emb-size", "64", "--val-every", "2", "--max-epochs", "1000")  # fmt: skip
     ckpts = tmp_path / "runs" / "rnn-additive" / "version_0" / "checkpoints"
-    run = subprocess.Popen([sys.executable, str(TRAIN), *args, "--max-steps", "400"], cwd=tmp_path,
+    run = subprocess.Popen([sys.executable, *TRAIN, *args, "--max-steps", "400"], cwd=tmp_path,
                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         deadline = time.monotonic() + 120
@@ -277,7 +277,7 @@ def test_training_killed_while_writing_a_checkpoint_resumes_to_its_last_step(
     assert list(ckpts.glob(f".*.ckpt.*{TEMP_SUFFIX}")), "the kill came after the write"
     target = torch.load(ckpts / "last.ckpt", weights_only=False)["global_step"] + 3
     resumed = subprocess.run(
-        [sys.executable, str(TRAIN), *args, "--max-steps", str(target), "--resume"], cwd=tmp_path,
+        [sys.executable, *TRAIN, *args, "--max-steps", str(target), "--resume"], cwd=tmp_path,
         env=_env(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-2000:]
@@ -333,7 +333,7 @@ def test_torchrun_with_one_rank_killed_ends_and_resumes_to_its_last_step(
 
     flags = ddp_flags(tiny_corpus, tmp_path, "--val-every", "5", "--devices", "2")
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-               "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(TRAIN),
+               "--master-addr", "127.0.0.1", "--master-port", str(free_port()), *TRAIN,
                *flags]  # fmt: skip
     env = {**_env(), "OMP_NUM_THREADS": "1"}
     ckpts = tmp_path / "runs" / "rnn-additive" / "version_0" / "checkpoints"

@@ -10,6 +10,8 @@ import pytest
 import torch
 
 from seq2seq.alignment.words import alignment_error_rate, format_pharaoh
+from seq2seq.commands import silver_alignments as silver_alignments_command
+from seq2seq.commands import train as train_command
 from seq2seq.data import prepare as prep
 from seq2seq.data.batching import collate
 from seq2seq.data.datamodule import TranslationDataModule
@@ -23,7 +25,7 @@ from seq2seq.models.build import build_model, model_args_from
 from seq2seq.models.fast import CompiledRNN
 from seq2seq.training.config import TrainConfig, parse_args
 from seq2seq.training.losses import alignment_loss, batch_loss
-from tests.conftest import LEXICON, load_script, tiny_train_args, write_corpus
+from tests.conftest import LEXICON, tiny_train_args, write_corpus
 
 
 def lexicon_links(de: str) -> list[Link]:
@@ -174,7 +176,7 @@ def test_bad_alignment_files_are_refused_in_one_line(
     path = write_links(corpus, lines=change([format_pharaoh(lexicon_links(s)) for s in de]))
     args = tiny_train_args(corpus, tmp_path / "runs", "--guided-alignment", str(path))
     with contextlib.chdir(tmp_path):
-        assert load_script("train").main(args) == 2
+        assert train_command.main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith(f"error: {path} line ") and len(err.splitlines()) == 1
     assert __import__("re").search(message, err), err
@@ -219,7 +221,7 @@ def test_bad_guided_flags_are_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture, flags: list[str], message: str
 ) -> None:
     with contextlib.chdir(tmp_path):
-        assert load_script("train").main(flags) == 2
+        assert train_command.main(flags) == 2
     assert capsys.readouterr().err.startswith(f"error: {message}")
 
 
@@ -238,7 +240,7 @@ def test_a_guided_run_aligns_far_better_than_an_unguided_one(
             "--guided-alignment-weight", "1", *flags,
         )  # fmt: skip
         with contextlib.chdir(tmp_path):
-            assert load_script("train").main(args) == 0
+            assert train_command.main(args) == 0
         run = tmp_path / "runs" / name / "version_0"
         translator = Translator.load(run / "checkpoints" / "last.ckpt")
         found = [r.word_alignment for r in translator.align(de, en)]
@@ -352,7 +354,7 @@ def test_silver_alignments_writes_the_training_split_for_guidance(
 ) -> None:
     # eflomal is optional: a stand-in aligner gives both directions; the script must align the
     # training set alone, keep blank pairs as empty lines, and symmetrize as asked.
-    silver = load_script("silver_alignments")
+    silver = silver_alignments_command
     src = ["ein hund", "", "zwei kleine hunde"]
     tgt = ["a dog", "two", "two small dogs"]
     for lang, lines in (("de", src), ("en", tgt)):
@@ -393,7 +395,7 @@ def test_a_guided_transformer_run_keeps_its_head_in_the_checkpoint(
         "--guided-alignment-cost", "mse",
     )  # fmt: skip
     with contextlib.chdir(tmp_path):
-        assert load_script("train").main(args) == 0
+        assert train_command.main(args) == 0
     run = tmp_path / "runs" / "transformer" / "version_0"
     checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     assert checkpoint["model_args"]["alignment_layer"] == 0

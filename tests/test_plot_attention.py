@@ -8,9 +8,7 @@ from matplotlib.image import imread
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from seq2seq.alignment.plotting import side_by_side
-from tests.conftest import load_script
-
-plot_attention = load_script("plot_attention")
+from seq2seq.commands import plot_attention
 
 
 def test_each_checkpoint_adds_a_panel_to_the_right(tiny_checkpoint: Path, tmp_path: Path) -> None:

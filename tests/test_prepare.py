@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from seq2seq.commands import prepare as prepare_command
 from seq2seq.data import prepare as prep
 from seq2seq.data.datamodule import TranslationDataModule, load_split
 from seq2seq.data.shards import record_batch, split_schema
@@ -19,7 +20,6 @@ from seq2seq.data.split_rows import SplitRows
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.errors import UserError
 from seq2seq.training.config import TrainConfig
-from tests.conftest import load_script
 
 
 def _cfg(corpus: Path, cache: Path, **settings: object) -> TrainConfig:
@@ -153,7 +153,7 @@ def test_two_processes_on_a_cold_cache_build_it_once(tiny_corpus: Path, tmp_path
 
 
 def test_prepare_script_reports_the_cache(tiny_corpus: Path, tmp_path: Path, capsys) -> None:
-    script = load_script("prepare")
+    script = prepare_command
     flags = ["--data-dir", str(tiny_corpus), "--vocab-size", "100", "--cache-dir", str(tmp_path)]
     assert script.main(flags) == 0
     out = capsys.readouterr().out

@@ -15,12 +15,12 @@ import torch
 import seq2seq.checkpoint as checkpoint_io
 import seq2seq.training.runs as runs
 from seq2seq.checkpoint import atomic_save
+from seq2seq.commands import train
 from seq2seq.training.runs import remove_stale_temporaries
 from seq2seq.training.system import TranslationSystem
-from tests.conftest import load_script, tiny_train_args
+from tests.conftest import tiny_train_args
 
-train = load_script("train")
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "train.py"
+TRAIN = ("-m", "seq2seq", "train")  # `python -m seq2seq train`
 # No dropout, so a resumed run can be compared bit for bit with one that was never stopped.
 EXACT = ("--max-steps", "20", "--val-every", "10", "--dropout", "0")
 
@@ -60,7 +60,7 @@ def test_run_killed_after_its_first_checkpoint_resumes_to_the_last_step(
         "1",
     )
     flags += ["--max-epochs", "1000"]  # 120 steps are 14 epochs of the tiny corpus
-    command = [sys.executable, str(SCRIPT), *flags]
+    command = [sys.executable, *TRAIN, *flags]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # two shared cores: threads only fight
     ckpts = tmp_path / "runs" / "rnn-additive" / "version_0" / "checkpoints"
     with open(tmp_path / "first.log", "w") as log:

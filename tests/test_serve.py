@@ -21,15 +21,15 @@ import pytest
 import torch
 import uvicorn
 
+from seq2seq.commands import serve
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.translator import Translator
 from seq2seq.models.build import build_model
 from seq2seq.serving.batcher import Batcher, Busy
 from seq2seq.serving.requests import Limits
 from seq2seq.serving.server import TorchThread, build_app
-from tests.conftest import load_script, make_pairs
+from tests.conftest import make_pairs
 
-serve = load_script("serve")
 PAIRS = make_pairs(6, seed=31)
 SENTENCES = [de for de, _ in PAIRS]
 GOOD = {"sentences": SENTENCES[:2], "beam": 2}
@@ -400,7 +400,6 @@ def test_connections_of_the_listening_socket_send_without_delay() -> None:
     # accepts only when the listening socket says TCP.
     import asyncio
 
-    serve = load_script("serve")
     sock = serve.listen("127.0.0.1", 0)
     accepted: list[int] = []
 

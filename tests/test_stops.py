@@ -14,11 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from seq2seq.commands import train as train_command
 from seq2seq.errors import STOPPED
 from seq2seq.signals import handling
-from tests.conftest import load_script, tiny_train_args
+from tests.conftest import tiny_train_args
 
-TRAIN = Path(__file__).resolve().parents[1] / "scripts" / "train.py"
+TRAIN = ("-m", "seq2seq", "train")  # `python -m seq2seq train`
+SHIM = Path(__file__).resolve().parents[1] / "scripts" / "train.py"
 # Two batches an update, so a signal can land in the middle of one; no validation checkpoint comes
 # before the stop, and no dropout, so runs compare bit for bit.
 FLAGS = ("--accumulate-grad-batches", "2", "--max-steps", "60", "--max-epochs", "1000",
@@ -40,7 +42,7 @@ def straight(tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
     """last.ckpt of the run never stopped."""
     root = tmp_path_factory.mktemp("straight")
     args = tiny_train_args(tiny_corpus, root / "runs", *FLAGS)
-    done = subprocess.run([sys.executable, str(TRAIN), *args], cwd=root, env=_env(),
+    done = subprocess.run([sys.executable, *TRAIN, *args], cwd=root, env=_env(),
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     return _weights(root / "runs")
@@ -54,7 +56,7 @@ def test_a_signal_mid_update_saves_and_the_resumed_run_ends_as_if_never_stopped(
     args = tiny_train_args(tiny_corpus, tmp_path / "runs", *FLAGS, *flag)
     log = tmp_path / "train.log"
     with open(log, "w") as out:
-        run = subprocess.Popen([sys.executable, str(TRAIN), *args], cwd=tmp_path, env=_env(),
+        run = subprocess.Popen([sys.executable, *TRAIN, *args], cwd=tmp_path, env=_env(),
                                stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
         try:
             deadline = time.monotonic() + 120
@@ -77,7 +79,7 @@ def test_a_signal_mid_update_saves_and_the_resumed_run_ends_as_if_never_stopped(
         f"command and --resume {tmp_path / last}"
     )
     assert not list(tmp_path.glob("hpc_ckpt*"))  # Lightning's SLURM files: not ours, not written
-    resumed = subprocess.run([sys.executable, str(TRAIN), *args, "--resume", str(tmp_path / last)],
+    resumed = subprocess.run([sys.executable, *TRAIN, *args, "--resume", str(tmp_path / last)],
                              cwd=tmp_path, env=_env(), capture_output=True, text=True,
                              timeout=300)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-2000:]
@@ -94,15 +96,15 @@ def test_a_signal_before_training_begins_exits_4_with_nothing_saved(
     # SIGTERM while the data is prepared: the stop is noted and honoured before any update.
     args = tiny_train_args(tiny_corpus, tmp_path / "runs", *FLAGS)
     code = (
-        "import os, signal, sys, runpy\n"
+        "import os, signal, sys\n"
         "import seq2seq.data.datamodule as data\n"
         "real = data.TranslationDataModule.setup\n"
         "def setup(self, stage=None):\n"
         "    os.kill(os.getpid(), signal.SIGTERM)\n"
         "    return real(self, stage)\n"
         "data.TranslationDataModule.setup = setup\n"
-        f"sys.argv = [{str(TRAIN)!r}, *sys.argv[1:]]\n"
-        f"runpy.run_path({str(TRAIN)!r}, run_name='__main__')\n"
+        "from seq2seq.commands.train import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
     )
     done = subprocess.run([sys.executable, "-c", code, *args], cwd=tmp_path, env=_env(),
                           capture_output=True, text=True, timeout=300)  # fmt: skip
@@ -130,13 +132,15 @@ def test_the_stop_signal_is_the_flag_s_and_sigterm_always_stops(tmp_path: Path) 
 
 
 def test_an_abbreviated_flag_is_refused_in_one_line_with_status_2(tmp_path: Path) -> None:
-    # docs/errors.md: argparse's refusals are one line too, `<prog>: error: <reason> (see --help)`.
-    done = subprocess.run([sys.executable, str(TRAIN), "--scor", "additive"], cwd=tmp_path,
-                          env=_env(), capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert done.returncode == 2
-    assert done.stderr.splitlines() == [
-        "train.py: error: unrecognized arguments: --scor additive (see --help)"
-    ]
+    # docs/errors.md: argparse's refusals are one line too, `<prog>: error: <reason> (see --help)`;
+    # the shim scripts/train.py keeps its own name as <prog>, `python -m seq2seq train` says so.
+    for command, prog in [((str(SHIM),), "train.py"), (TRAIN, "seq2seq train")]:
+        done = subprocess.run([sys.executable, *command, "--scor", "additive"], cwd=tmp_path,
+                              env=_env(), capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 2
+        assert done.stderr.splitlines() == [
+            f"{prog}: error: unrecognized arguments: --scor additive (see --help)"
+        ]
 
 
 def test_after_a_run_stopped_before_training_the_next_handler_hears_its_signal(
@@ -152,7 +156,7 @@ def test_after_a_run_stopped_before_training_the_next_handler_hears_its_signal(
         setup(self, stage)
 
     monkeypatch.setattr(TranslationDataModule, "setup", reading)
-    train, noted = load_script("train"), []
+    train, noted = train_command, []
     with handling([signal.SIGUSR1], lambda signum, frame: noted.append("before")):
         assert train.main(tiny_train_args(tiny_corpus, tmp_path / "runs")) == STOPPED
         # The next run in this process takes the signal over; whatever the stopped run left

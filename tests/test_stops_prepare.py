@@ -15,7 +15,7 @@ from seq2seq.data.cachelock import exclusive
 from seq2seq.errors import STOPPED
 from tests.conftest import tiny_train_args, write_corpus
 
-TRAIN = Path(__file__).resolve().parents[1] / "scripts" / "train.py"
+TRAIN = ("-m", "seq2seq", "train")  # `python -m seq2seq train`
 REPEATS = 2500  # 500,000 training pairs: encoding them in one process takes 15 s or more here
 FLAGS = ("--max-steps", "1", "--spm-sample", "2000", "--prepare-workers", "1")
 
@@ -44,7 +44,7 @@ def _stop_when(run: subprocess.Popen, log: Path, line: str) -> tuple[int, float]
 
 def _start(args: list[str], cwd: Path, log: Path) -> subprocess.Popen:
     with open(log, "w") as out:
-        return subprocess.Popen([sys.executable, str(TRAIN), *args], cwd=cwd, env=_env(),
+        return subprocess.Popen([sys.executable, *TRAIN, *args], cwd=cwd, env=_env(),
                                 stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
 
 
@@ -82,7 +82,7 @@ def test_sigterm_while_encoding_or_waiting_for_the_lock_exits_4_and_blocks_nothi
 
     # 3. Nothing left blocks the next start: it prepares the cache and trains.
     args += ["--prepare-workers", "2"]  # the split path does not depend on it: quicker here
-    done = subprocess.run([sys.executable, str(TRAIN), *args], cwd=tmp_path, env=_env(),
+    done = subprocess.run([sys.executable, *TRAIN, *args], cwd=tmp_path, env=_env(),
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert len(list((cache / "encoded").glob("*-train-*"))) == 1

@@ -19,13 +19,13 @@ import torch
 from seq2seq.errors import STOPPED
 from tests.conftest import tiny_train_args, write_corpus
 
-TRAIN = Path(__file__).resolve().parents[1] / "scripts" / "train.py"
+TRAIN = ("-m", "seq2seq", "train")  # `python -m seq2seq train`
 # Validation after update 5 only; the run ends at update 8 (no validation there).
 FLAGS = ("--max-steps", "8", "--val-every", "5", "--max-epochs", "1000", "--val-beam", "2")
 # The first run's validation made slow (a second a batch, ~26 batches) and announced by a file, so
 # the signal lands in its first batches and a stop honoured only after the pass would take 25 s.
 SLOW_VALIDATION = (
-    "import os, pathlib, runpy, sys, time\n"
+    "import os, pathlib, sys, time\n"
     "import seq2seq.training.system as system\n"
     "real = system.TranslationSystem.validation_step\n"
     "def validation_step(self, batch, batch_idx):\n"
@@ -37,8 +37,8 @@ SLOW_VALIDATION = (
     "    time.sleep(1.0)\n"
     "    return real(self, batch, batch_idx)\n"
     "system.TranslationSystem.validation_step = validation_step\n"
-    f"sys.argv = [{str(TRAIN)!r}, *sys.argv[1:]]\n"
-    f"runpy.run_path({str(TRAIN)!r}, run_name='__main__')\n"
+    "from seq2seq.commands.train import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
 )
 
 
@@ -91,7 +91,7 @@ def test_a_stop_during_validation_exits_4_within_seconds_and_the_resume_validate
     marker = json.loads((checkpoints / "stopped.json").read_text())
     assert marker == {"reason": reason, "step": 5, "checkpoint": str(last)}
 
-    resumed = subprocess.run([sys.executable, str(TRAIN), *args, "--resume", str(last)],
+    resumed = subprocess.run([sys.executable, *TRAIN, *args, "--resume", str(last)],
                              cwd=tmp_path, env=_env(), capture_output=True, text=True,
                              timeout=300)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-2000:]

@@ -65,7 +65,7 @@ def test_a_write_that_fails_publishes_nothing_and_says_what(
 ) -> None:
     cache = tmp_path / "cache"
     flags = ["--data-dir", str(corpus), "--cache-dir", str(cache), "--vocab-size", "100"]
-    done = _run([str(ROOT / "scripts" / "prepare.py"), *flags], tmp_path, limit)
+    done = _run(["-m", "seq2seq", "prepare", *flags], tmp_path, limit)
     assert done.returncode == 2, done.stderr[-2000:]
     error = done.stderr.strip().splitlines()[-1]
     assert error == f"error: --cache-dir {cache}: cannot write the {what} (File too large)"
@@ -74,7 +74,7 @@ def test_a_write_that_fails_publishes_nothing_and_says_what(
     else:  # the tokenizer was whole and stays; of the split, neither a folder nor a temporary
         assert [p for p in _published(cache) if p.startswith("encoded/")] == []
         assert len([p for p in _published(cache) if p.startswith("spm-")]) == 2
-    assert _run([str(ROOT / "scripts" / "prepare.py"), *flags], tmp_path, 2**40).returncode == 0
+    assert _run(["-m", "seq2seq", "prepare", *flags], tmp_path, 2**40).returncode == 0
 
 
 def test_a_full_disk_at_meta_json_publishes_no_split(
@@ -99,9 +99,9 @@ def test_a_checkpoint_that_cannot_be_written_is_one_line_and_keeps_nothing_torn(
     tiny_corpus: Path, tmp_path: Path
 ) -> None:
     args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--val-every", "5", "--max-steps", "10")
-    prepared = _run([str(ROOT / "scripts" / "prepare.py"), *args[:4]], tmp_path, 2**40)
+    prepared = _run(["-m", "seq2seq", "prepare", *args[:4]], tmp_path, 2**40)
     assert prepared.returncode == 0, prepared.stderr  # the cache first, without a limit
-    done = _run([str(ROOT / "scripts" / "train.py"), *args], tmp_path, 60_000)  # < a checkpoint
+    done = _run(["-m", "seq2seq", "train", *args], tmp_path, 60_000)  # < a checkpoint
     assert done.returncode == 2, done.stderr[-2000:]
     ckpts = tmp_path / "runs" / "rnn-additive" / "version_0" / "checkpoints"
     assert done.stderr.strip().splitlines()[-1] == (

@@ -1,4 +1,4 @@
-"""scripts/study.py end to end: a tiny study (2 variants x 2 seeds) trained, killed mid-run with a real
+"""`python -m seq2seq study` end to end: a tiny study (2 variants x 2 seeds) trained, killed mid-run with a real
 SIGKILL, started again, finished without retraining, and reported; its figures checked by hand and its
 p-values against sacrebleu's own command line."""
 
@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from seq2seq.commands import study as study_script
 from seq2seq.study.layout import Study
 from seq2seq.study.spec import Run
 from tests.conftest import load_script, tiny_train_args
 
-study_script = load_script("study")
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "study.py"
+STUDY = ("-m", "seq2seq", "study")  # `python -m seq2seq study`
 RUNS = ["a-seed1", "d-seed1", "a-seed2", "d-seed2"]  # the order `run` takes them in
 
 
@@ -32,7 +32,7 @@ def common_flags(corpus: Path) -> str:
 
 
 def study_command(folder: Path, work: Path, corpus: Path) -> list[str]:
-    return [sys.executable, str(SCRIPT), "run", str(folder), "--work-dir", str(work),
+    return [sys.executable, *STUDY, "run", str(folder), "--work-dir", str(work),
             "--variant", "a", "--score additive", "--variant", "d", "--score dot",
             "--seeds", "1", "2", "--flags", common_flags(corpus), "--threads", "1"]  # fmt: skip
 
@@ -136,13 +136,13 @@ def test_a_killed_study_resumes_and_reports_what_sacrebleu_prints(tiny_corpus, t
     result = folder / "runs" / "a-seed2" / "result.json"
     first = json.loads(result.read_text())
     result.unlink()
-    one = [sys.executable, str(SCRIPT), "one", str(folder), "a", "2", "--work-dir", str(work),
+    one = [sys.executable, *STUDY, "one", str(folder), "a", "2", "--work-dir", str(work),
            "--threads", "1"]  # fmt: skip
     process = subprocess.Popen(one, env=env, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while not any("evaluate.py" in line for line in commands_naming(work)):
+    while not any("seq2seq evaluate" in line for line in commands_naming(work)):
         assert process.poll() is None, "the scoring ended before it could be stopped"
-        assert time.monotonic() < deadline, "evaluate.py never started"
+        assert time.monotonic() < deadline, "seq2seq evaluate never started"
         time.sleep(0.05)
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=60)
@@ -204,7 +204,9 @@ def test_a_saved_study_refuses_another_spec_and_lists_its_commands(tmp_path, cap
     ]
     assert study_script.main(["commands", str(folder), "--work-dir", str(work), *spec]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert [line.split()[3:5] for line in lines] == [["a", "1"], ["d", "1"], ["a", "2"], ["d", "2"]]
+    # `python LINE` runs the run: `python -m seq2seq study one DIR VARIANT SEED ...`
+    assert all(line.split()[:4] == ["-m", "seq2seq", "study", "one"] for line in lines)
+    assert [line.split()[5:7] for line in lines] == [["a", "1"], ["d", "1"], ["a", "2"], ["d", "2"]]
     assert all(f"--work-dir {work}" in line for line in lines)
     other = ["--variant", "a", "--score scaled", "--seeds", "1"]
     assert study_script.main(["commands", str(folder), "--work-dir", str(work), *other]) == 2

@@ -7,11 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from seq2seq.commands import study as study_script
+from seq2seq.decoding.metrics import corpus_bleu
 from seq2seq.study.report import holm
-from seq2seq.training.metrics import corpus_bleu
-from tests.conftest import load_script
-
-study_script = load_script("study")
 
 
 def test_holm_equals_a_hand_computation():

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.machine import REPO, native_bf16
+from seq2seq.machine import native_bf16
 from seq2seq.study import process
 from seq2seq.study.layout import Study
 from seq2seq.study.spec import Run
 from tests.conftest import tiny_train_args
 
-SCRIPT = REPO / "scripts" / "study.py"
+STUDY = ("-m", "seq2seq", "study")  # `python -m seq2seq study`
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
@@ -47,7 +47,7 @@ def test_a_study_from_another_folder_stops_and_resumes_to_its_end(tiny_corpus, t
     caller = tmp_path / "caller"
     shutil.copytree(tiny_corpus, caller / "corpus")
     # DIR, --work-dir and the corpus all relative to the caller's folder, not the checkout's
-    command = [sys.executable, str(SCRIPT), "run", "study", "--work-dir", "work", "--variant", "a",
+    command = [sys.executable, *STUDY, "run", "study", "--work-dir", "work", "--variant", "a",
                "--score additive", "--seeds", "1", "--flags", tiny_flags("corpus"),
                "--threads", "1"]  # fmt: skip
     work, study = caller / "work", Study(caller / "study", caller / "work")
@@ -82,7 +82,7 @@ def test_a_study_from_another_folder_stops_and_resumes_to_its_end(tiny_corpus, t
     # The flags leave --precision at auto; the result says what that became on this CPU.
     assert result["precision"] == ("bf16-mixed" if native_bf16() else "32-true")
     assert (caller / "study" / "report.md").exists()
-    status = subprocess.run([sys.executable, str(SCRIPT), "status", "study", "--work-dir", "work"],
+    status = subprocess.run([sys.executable, *STUDY, "status", "study", "--work-dir", "work"],
                             cwd=caller, env=ENV, capture_output=True, text=True)  # fmt: skip
     assert status.stdout.split()[:3] == ["a-seed1", "done", "BLEU"]
 
@@ -91,14 +91,14 @@ def test_a_second_process_for_a_run_waits_for_the_first_and_stops_on_sigterm(tin
     folder, work = tmp_path / "study", tmp_path / "work"
     spec = ["--variant", "a", "--score additive", "--seeds", "1", "--flags",
             tiny_flags(str(tiny_corpus))]  # fmt: skip
-    listed = subprocess.run([sys.executable, str(SCRIPT), "commands", str(folder), "--work-dir",
+    listed = subprocess.run([sys.executable, *STUDY, "commands", str(folder), "--work-dir",
                              str(work), *spec], env=ENV, capture_output=True, text=True)  # fmt: skip
     assert listed.returncode == 0, listed.stderr
     study, run = Study(folder, work), Run("a", 1)
     log = tmp_path / "second.log"
     with process.run_lock(study, run):  # this process is the first: it holds the run
         with open(log, "w") as err:
-            second = subprocess.Popen([sys.executable, str(SCRIPT), "one", str(folder), "a", "1",
+            second = subprocess.Popen([sys.executable, *STUDY, "one", str(folder), "a", "1",
                                        "--work-dir", str(work), "--threads", "1"],
                                       env=ENV, stderr=err)  # fmt: skip
         wait_until(lambda: "waiting for" in log.read_text(), "the second process never waited")

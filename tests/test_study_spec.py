@@ -6,12 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.machine import REPO
+from seq2seq.commands import study as study_script
 from seq2seq.study.layout import Study
 from seq2seq.study.spec import Run, StudySpec, check_spec
-from tests.conftest import load_script
-
-study_script = load_script("study")
 
 
 def refused(tmp_path: Path, capsys: pytest.CaptureFixture, *argv: str) -> str:
@@ -56,15 +53,17 @@ def test_a_yaml_variant_with_no_flags_is_train_pys_defaults(tmp_path, capsys):
     assert study_script.main(["commands", str(folder), "--work-dir", str(work), "--config",
                               config]) == 0  # fmt: skip
     lines = capsys.readouterr().out.strip().splitlines()
-    assert [line.split()[3:5] for line in lines[:2]] == [["default", "1"], ["dot", "1"]]
+    assert [line.split()[5:7] for line in lines[:2]] == [["default", "1"], ["dot", "1"]]
     spec = Study(folder, work).load_spec()
     assert spec.variants == {"default": [], "dot": ["--score", "dot"]}
     assert spec.train_flags(Run("default", 2)) == ["--seed", "2"]
 
 
-def test_relative_paths_are_the_callers_and_saved_relative_to_the_checkout(tmp_path, monkeypatch):
-    """Resolved once where the spec is read: the caller's folder for the command line, the checkout
-    for study.json (where train.py ran them); study.json keeps those inside the checkout relative."""
+def test_relative_paths_are_the_callers_and_saved_relative_to_the_current_folder(
+    tmp_path, monkeypatch
+):
+    """Resolved once where the spec is read, against the current folder (where the study's children
+    run); study.json keeps those inside it relative, others absolute. No path is the checkout's."""
     (tmp_path / "corpus").mkdir()
     (tmp_path / "links.align").write_text("0-0\n")
     monkeypatch.chdir(tmp_path)
@@ -77,16 +76,18 @@ def test_relative_paths_are_the_callers_and_saved_relative_to_the_checkout(tmp_p
     study = Study("study", "work")
     assert study.folder == tmp_path / "study" and study.work_dir == tmp_path / "work"
 
-    inside = StudySpec.from_dict(
-        {"variants": {"a": []}, "seeds": [1], "align_ref": str(REPO / "docs/study/x.align")},
+    elsewhere = StudySpec.from_dict(
+        {"variants": {"a": []}, "seeds": [1], "align_ref": str(tmp_path.parent / "x.align")},
         "the command line", Path.cwd(),
     )  # fmt: skip
-    saved = json.loads(inside.to_json())
-    assert saved["align_ref"] == "docs/study/x.align"  # portable: relative to the checkout
-    assert json.loads(spec.to_json())["align_ref"] == str(tmp_path / "links.align")
-    # read back from study.json, from any folder, it is the same spec
-    monkeypatch.chdir(REPO / "docs")
-    assert StudySpec.from_dict(saved, "study.json", REPO) == inside
+    saved = json.loads(spec.to_json())
+    assert saved["align_ref"] == "links.align"  # portable: relative to the current folder
+    assert saved["variants"]["a"] == ["--data-dir", "corpus", "--score", "dot"]
+    assert json.loads(elsewhere.to_json())["align_ref"] == str(tmp_path.parent / "x.align")
+    # read back from study.json against the folder the study runs in, it is the same spec
+    (tmp_path / "docs").mkdir()
+    monkeypatch.chdir(tmp_path / "docs")
+    assert StudySpec.from_dict(saved, "study.json", tmp_path) == spec
     check_spec(spec)  # the resolved files are found from here too
 
 

@@ -6,10 +6,9 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from seq2seq.commands import train
 from seq2seq.errors import STOPPED
-from tests.conftest import load_script, tiny_train_args, write_corpus
-
-train = load_script("train")
+from tests.conftest import tiny_train_args, write_corpus
 
 
 def scalars(run_dir: Path, tag: str) -> list[float]:

@@ -13,6 +13,7 @@ from torch import Tensor
 
 import seq2seq.alignment.plotting
 from seq2seq.alignment.words import alignment_error_rate, format_pharaoh, read_pharaoh
+from seq2seq.commands import translate
 from seq2seq.data.batching import collate
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.tokenizer import Tokenizer
@@ -23,9 +24,8 @@ from seq2seq.models.build import build_model, model_args_from
 from seq2seq.training.callbacks import AlignmentErrorRate
 from seq2seq.training.config import TrainConfig
 from seq2seq.training.system import TranslationSystem
-from tests.conftest import LEXICON, load_script, write_corpus
+from tests.conftest import LEXICON, write_corpus
 
-translate = load_script("translate")
 MAX_LEN = 40  # the tiny Transformer's position table: long lines must be cut to it
 NBEST = {"beam": 3, "nbest": 3, "length_penalty": 0.0}  # ranked by score alone
 TRICKY = ["Ein kleiner  hund", "\u200b der (mann) ☃ spielt ﬁsh", "x \x01 y", "ＡＢ\u00a0c▁d"]

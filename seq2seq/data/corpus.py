@@ -1,7 +1,10 @@
 """Find a parallel corpus by name and stream the raw sentence pairs of one split in chunks.
 
-Resolution order: `data/<name>/` (current directory), then `<repo>/../shared/data/<name>/` (the offline
-mirror beside every checkout), then the Hugging Face hub. A local folder holds `<split>.<lang>` files
+Resolution order, for a corpus named `name` (unless `--data-dir` names its folder): `<dir>/<name>/`
+for each folder `<dir>` of the environment variable SEQ2SEQ_DATA (separated by `os.pathsep`), then
+`data/<name>/` and `../shared/data/<name>/`, both relative to the current folder (the second is the
+offline mirror beside a checkout, found when a command runs from the checkout's root), then the
+Hugging Face hub. The package itself assumes no folder around it. A local folder holds `<split>.<lang>` files
 (plain or `.gz`, line-aligned) or tables laid out as on the hub: `<split>.{tsv,jsonl}[.gz]` or
 `<split>.parquet`, maybe sharded (`<split>-00000-of-00004.parquet`) and maybe under `data/`, with flat
 language columns or a `translation` column. Nothing is read whole: always `chunk_size` pairs at a time
@@ -11,6 +14,7 @@ language columns or a `translation` column. Nothing is read whole: always `chunk
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,7 +44,9 @@ __all__ = [  # read_lines and CHUNK_PAIRS are imported from here by the scripts 
     "stream_pairs",
 ]
 
-SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"  # beside the checkout
+DATA_ENV = "SEQ2SEQ_DATA"  # folders of corpora by name, searched first
+LOCAL_DATA = Path("data")  # relative to the current folder
+SHARED_DATA = Path("..", "shared", "data")  # relative to it too: the mirror beside a checkout
 HUB_IDS = {"multi30k": "bentrevett/multi30k"}
 # One split, many spellings across corpora; `test` is Multi30k's test_2016_flickr where there is one.
 _SPLIT_ALIASES = (("val", "validation", "valid", "dev"), ("test", "test_2016_flickr"))
@@ -138,7 +144,7 @@ def resolve_corpus(name: str, data_dir: str | None = None) -> CorpusSource:
             raise UserError(f"`data_dir` {data_dir}: no such folder")
         return CorpusSource(folder.resolve().name, str(folder), folder=folder)
     searched = []
-    for folder in (Path("data") / name, SHARED_DATA / name):
+    for folder in corpus_folders(name):
         if folder.is_dir():
             return CorpusSource(name, str(folder), folder=folder)
         searched.append(str(folder.absolute()))
@@ -154,6 +160,13 @@ def resolve_corpus(name: str, data_dir: str | None = None) -> CorpusSource:
             f"and the Hugging Face hub as {hub_id!r} ({reason})"
         ) from None
     return CorpusSource(name, f"hub:{hub_id}", hub=hub)
+
+
+def corpus_folders(name: str) -> list[Path]:
+    """Where a corpus named `name` is looked for, in order (the module docstring's list)."""
+    listed = [Path(d) for d in os.environ.get(DATA_ENV, "").split(os.pathsep) if d]
+    shared = Path(os.path.abspath(SHARED_DATA / name))  # absolute, as before: its location is shown
+    return [*(d / name for d in listed), LOCAL_DATA / name, shared]
 
 
 def read_pairs(

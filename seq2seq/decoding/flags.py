@@ -11,9 +11,10 @@ from seq2seq.decoding.search import SearchConfig
 from seq2seq.errors import UserError
 
 
-def decoding_parser(description: str) -> argparse.ArgumentParser:
-    """The flags evaluate.py and translate.py share: search (SearchConfig), batching and device."""
-    parser = Parser(description=description, formatter_class=DefaultsFormatter)
+def decoding_parser(description: str, prog: str | None = None) -> argparse.ArgumentParser:
+    """The flags evaluate.py and translate.py share: search (SearchConfig), batching and device.
+    `prog`: the command's name in usage and errors (default: the script's file name)."""
+    parser = Parser(prog=prog, description=description, formatter_class=DefaultsFormatter)
     add_flags(parser, SearchConfig)
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--batch-tokens", type=int, default=4096, help="source tokens per batch")

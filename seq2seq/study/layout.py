@@ -25,7 +25,6 @@ from typing import Any
 
 from seq2seq.atomic import atomic_write_text
 from seq2seq.errors import UserError
-from seq2seq.machine import REPO
 from seq2seq.study.spec import Run, StudySpec, check_spec, relative
 
 
@@ -33,15 +32,14 @@ class Study:
     """A study folder and its work folder; see the module docstring for what each holds."""
 
     def __init__(self, folder: str | Path, work_dir: str | Path | None = None) -> None:
-        # Absolute from the start: train.py runs in the checkout, the study in the caller's folder,
-        # and both must mean the same folders.
+        # Absolute from the start: every child process of the study must mean the same folders.
         self.folder = Path(folder).absolute()
-        default = REPO / "runs" / "studies" / self.folder.resolve().name
+        default = Path("runs", "studies", self.folder.resolve().name).absolute()
         self.work_dir = Path(work_dir).absolute() if work_dir is not None else default
 
     @property
     def shown(self) -> str:
-        """The study folder as reports name it: relative to the checkout when inside it."""
+        """The study folder as reports name it: relative to the current folder when inside it."""
         return relative(str(self.folder))
 
     # -- the spec ---------------------------------------------------------------------------------
@@ -59,7 +57,7 @@ class Study:
             data = json.loads(self.spec_path.read_text("utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise UserError(f"{self.spec_path}: not a study spec ({err})") from None
-        return StudySpec.from_dict(data, str(self.spec_path), REPO)
+        return StudySpec.from_dict(data, str(self.spec_path), Path.cwd())
 
     def open(self, spec: StudySpec | None) -> StudySpec:
         """The study's spec: `spec` is saved on first use; later it must equal the saved one."""

@@ -1,4 +1,4 @@
-"""Running a study's runs: each an ordinary `train.py` child process with its share of the threads,
+"""Running a study's runs: each an ordinary `seq2seq train` child process with its share of the threads,
 a scheduler's stop passed on to it (seq2seq.signals), every sitting logged with where it ran, and one
 process at a time per run (a lock).
 
@@ -17,25 +17,28 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from seq2seq.atomic import atomic_write_text
 from seq2seq.data.cachelock import Owner, die_with_parent, exclusive
 from seq2seq.errors import STOPPED
-from seq2seq.machine import REPO, provenance
+from seq2seq.machine import provenance
 from seq2seq.signals import STOPS
 from seq2seq.study.layout import Study
 from seq2seq.study.spec import Run, StudySpec
 
-TRAIN = REPO / "scripts" / "train.py"
+# A child runs `python -m seq2seq ...` of this very package (package_env), in the caller's folder,
+# where the spec's relative paths and a corpus found by name mean what they meant to the caller.
+COMMAND = (sys.executable, "-m", "seq2seq")
 
 
 def train_command(
     study: Study, spec: StudySpec, run: Run, max_minutes: float | None = None
 ) -> list[str]:
-    """The train.py command of `run`: from scratch, or resuming its last.ckpt; `max_minutes` limits
+    """The `seq2seq train` command of `run`: from scratch, or resuming its last.ckpt; `max_minutes` limits
     the sitting (train.py stops on an update boundary with last.ckpt saved, status 4)."""
     flags = spec.train_flags(run)
-    command = [sys.executable, str(TRAIN), *flags]
+    command = [*COMMAND, "train", *flags]
     command += ["--log-dir", str(study.work_dir / "runs"), "--run-name", run.name]
     if not any(flag.split("=")[0] == "--cache-dir" for flag in flags):
         command += ["--cache-dir", str(study.work_dir / "cache")]  # one cache for all runs
@@ -97,9 +100,7 @@ def train(
     with open(study.run_dir(run) / "train.log", "ab") as log:
         log.write(f"\n$ {shlex.join(command)}\n".encode())
         log.flush()
-        process = start(
-            command, cwd=REPO, env=thread_env(threads), stdout=log, stderr=subprocess.STDOUT
-        )
+        process = start(command, env=thread_env(threads), stdout=log, stderr=subprocess.STDOUT)
         children.append(process)
         status = exit_status(process.wait())
     if status == 0:
@@ -118,7 +119,16 @@ def exit_status(status: int) -> int:
 
 def thread_env(threads: int) -> dict[str, str]:
     """The environment of a run limited to `threads` threads (torch, OpenMP and MKL all read these)."""
-    env = dict(os.environ)
+    env = package_env()
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env[name] = str(threads)
+    return env
+
+
+def package_env() -> dict[str, str]:
+    """This process's environment, with the folder holding this `seq2seq` package first on
+    PYTHONPATH: a `python -m seq2seq` child runs the same code whatever its working folder."""
+    env = dict(os.environ)
+    home = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([home, *filter(None, [env.get("PYTHONPATH")])])
     return env

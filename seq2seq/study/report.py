@@ -20,7 +20,6 @@ Writes `report.md`, `report.json` and `report.png` (every seed a point beside th
 BLEU, and AER when the study has a silver standard) into the study folder.
 """
 
-import contextlib
 import itertools
 import json
 import math
@@ -30,7 +29,6 @@ from typing import Any
 
 from seq2seq.atomic import atomic_write, atomic_write_text
 from seq2seq.errors import UserError
-from seq2seq.machine import REPO
 from seq2seq.study.layout import Study
 from seq2seq.study.spec import Run, StudySpec
 
@@ -93,9 +91,9 @@ def references(spec: StudySpec) -> tuple[list[str], str]:
 
     first = next(iter(spec.variants.values()))
     cfg = parse_args([*spec.flags, *first])
-    with contextlib.chdir(REPO):  # a corpus name is found where train.py looked for it
-        source = resolve_corpus(cfg.dataset, cfg.data_dir)
-        refs = read_pairs(source, source.find_split(spec.split), cfg.src, cfg.tgt).tgt
+    # In the current folder, where the study's `seq2seq train` children found the corpus by name.
+    source = resolve_corpus(cfg.dataset, cfg.data_dir)
+    refs = read_pairs(source, source.find_split(spec.split), cfg.src, cfg.tgt).tgt
     return refs, f"{source.name} {cfg.src}->{cfg.tgt}"
 
 
@@ -211,7 +209,7 @@ def build_report(study: Study, others: list[Study] | None = None) -> list[Path]:
     own = list(spec.variants)
     names, referenced = referenced_runs(study, spec, refs, corpus, others or [])
     results.update(referenced)
-    from seq2seq.training.metrics import corpus_bleu
+    from seq2seq.decoding.metrics import corpus_bleu
 
     for result in results.values():  # every run, those scored before this figure existed too
         result["bleu_lowercase"] = corpus_bleu(result["hyps"], refs, lowercase=True).value

@@ -2,7 +2,7 @@
 
 1. The checkpoint: the best single one (highest validation BLEU during training) or the average of the
    kept best ones, whichever has the higher beam-`beam` BLEU on validation (README, Results).
-2. On the study's split: BLEU and chrF with their signatures (`scripts/evaluate.py`, so a study's
+2. On the study's split: BLEU and chrF with their signatures (`seq2seq evaluate`, so a study's
    figure is what a user's `evaluate.py` prints), AER against the study's silver standard when it has
    one, and the attention statistics of seq2seq.alignment.stats, teacher-forced on the references.
 3. From the run's own TensorBoard events: its wall time, updates and mean training tokens/s.
@@ -14,20 +14,17 @@ beside the hypotheses it was scored on.
 import json
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from seq2seq.atomic import atomic_write_text
 from seq2seq.errors import UserError
-from seq2seq.machine import REPO, provenance
+from seq2seq.machine import provenance
 from seq2seq.study.events import trained_precision, training_figures
 from seq2seq.study.layout import Study
+from seq2seq.study.process import COMMAND, package_env
 from seq2seq.study.spec import Run, StudySpec
-
-EVALUATE = REPO / "scripts" / "evaluate.py"
-AVERAGE = REPO / "scripts" / "average_checkpoints.py"
 
 
 def best_checkpoints(checkpoint_dir: Path, last: dict[str, Any]) -> list[tuple[Path, float]]:
@@ -45,12 +42,12 @@ def best_checkpoints(checkpoint_dir: Path, last: dict[str, Any]) -> list[tuple[P
 
 
 def evaluate(checkpoint: Path, split: str, beam: int, out: Path, *extra: str) -> dict[str, Any]:
-    """`scripts/evaluate.py` on `checkpoint`; its JSON result."""
+    """`seq2seq evaluate` on `checkpoint`, in a child process; its JSON result."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "result.json"
-        command = [sys.executable, str(EVALUATE), str(checkpoint), "--split", split,
+        command = [*COMMAND, "evaluate", str(checkpoint), "--split", split,
                    "--beam", str(beam), "--out", str(out), "--json", str(report), *extra]  # fmt: skip
-        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+        done = subprocess.run(command, env=package_env(), capture_output=True, text=True)
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
             raise UserError(f"evaluate.py {checkpoint} --split {split}: {last}")
@@ -73,9 +70,9 @@ def choose_checkpoint(study: Study, spec: StudySpec, run: Run) -> dict[str, Any]
     if len(best) >= 2:
         average = scratch / "average.ckpt"
         if not average.is_file():
-            command = [sys.executable, str(AVERAGE), *(str(path) for path, _ in best),
+            command = [*COMMAND, "average", *(str(path) for path, _ in best),
                        "--out", str(average)]  # fmt: skip
-            subprocess.run(command, cwd=REPO, check=True, capture_output=True)
+            subprocess.run(command, env=package_env(), check=True, capture_output=True)
         candidates[f"average of {len(best)} best"] = average
     val = {
         name: evaluate(path, "val", spec.beam, scratch / f"{path.stem}.val.hyp")["bleu"]
@@ -113,7 +110,7 @@ def score_run(study: Study, spec: StudySpec, run: Run) -> dict[str, Any]:
     result = {
         "variant": run.variant,
         "seed": run.seed,
-        "flags": spec.portable().train_flags(run),  # paths in the checkout relative to it
+        "flags": spec.portable().train_flags(run),  # paths in the current folder relative to it
         "precision": trained_precision(study.version_dir(run)),  # what `--precision auto` became
         "split": spec.split,
         "beam": spec.beam,

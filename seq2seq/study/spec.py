@@ -3,11 +3,10 @@ scored with; saved as `study.json` and checked, in one line naming what is wrong
 The folders a study keeps are seq2seq.study.layout's; running its runs is seq2seq.study.process's.
 
 Paths (`align_ref`, and the path flags of `PATH_FLAGS` among the train.py flags) are resolved once,
-where the spec is read: against the caller's folder for the command line and a YAML file, against
-the checkout for `study.json` (train.py and evaluate.py run there, so that is what a relative path in
-a saved spec always meant). In memory they are absolute, so every process of the study finds the
-same files whatever its own working folder; `study.json` keeps those inside the checkout relative to
-it, so a committed spec holds on any clone.
+where the spec is read, against the current folder: the study's processes all run there (the
+checkout's root for the studies under docs/). In memory they are absolute, so every process of the
+study finds the same files; `study.json` keeps those inside the current folder relative to it, so a
+committed spec holds on any clone run from its root.
 """
 
 import json
@@ -18,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.errors import UserError
-from seq2seq.machine import REPO
 
 # Flags the study sets itself for every run; a variant may not set them.
 OWN_FLAGS = ("--seed", "--log-dir", "--run-name", "--resume", "--max-minutes")
@@ -47,7 +45,7 @@ class StudySpec:
         return [*self.flags, *self.variants[run.variant], "--seed", str(run.seed)]
 
     def portable(self) -> "StudySpec":
-        """The spec with paths inside the checkout relative to it (as study.json keeps them)."""
+        """The spec with paths inside the current folder relative to it (as study.json keeps them)."""
         return replace(
             self,
             variants={name: map_paths(flags, relative) for name, flags in self.variants.items()},
@@ -132,9 +130,9 @@ def map_paths(flags: list[str], how: Any) -> list[str]:
 
 
 def relative(path: str) -> str:
-    """`path` relative to the checkout when it lies inside it; otherwise as it is."""
+    """`path` relative to the current folder when it lies inside it; otherwise as it is."""
     try:
-        return str(Path(path).relative_to(REPO))
+        return str(Path(path).relative_to(Path.cwd()))
     except ValueError:
         return path
 

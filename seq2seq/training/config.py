@@ -231,9 +231,10 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     return cfg
 
 
-def build_parser(description: str | None = None) -> Parser:
-    """The training flags: one per TrainConfig field; --help shows every default."""
-    parser = Parser(description=description, formatter_class=DefaultsFormatter)
+def build_parser(description: str | None = None, prog: str | None = None) -> Parser:
+    """The training flags: one per TrainConfig field; --help shows every default. `prog`: the
+    command's name in usage and errors (default: the script's file name)."""
+    parser = Parser(prog=prog, description=description, formatter_class=DefaultsFormatter)
     parser.add_argument(
         "--config", metavar="FILE", help="YAML file of these keys; flags override it"
     )
@@ -241,9 +242,9 @@ def build_parser(description: str | None = None) -> Parser:
     return parser
 
 
-def parse_args(argv: list[str] | None = None) -> TrainConfig:
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> TrainConfig:
     """Flags (and an optional YAML file) -> a validated TrainConfig."""
-    parser = build_parser("Train an attention-based translator (see README.md).")
+    parser = build_parser("Train an attention-based translator (see README.md).", prog)
     known, _ = parser.parse_known_args(argv)
     if known.config:
         parser.set_defaults(**read_yaml(known.config, TrainConfig))

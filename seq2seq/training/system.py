@@ -20,10 +20,10 @@ from torch import Tensor
 from seq2seq import __version__
 from seq2seq.alignment.stats import means, recorded_scores, row_sums, stacked_scores
 from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.decoding.metrics import corpus_bleu, perplexity
 from seq2seq.decoding.search import SearchConfig, translate_batch
 from seq2seq.models.interface import Seq2Seq
 from seq2seq.training.losses import alignment_loss, batch_loss
-from seq2seq.training.metrics import corpus_bleu, perplexity
 
 
 def lr_factor(step: int, schedule: str, warmup: int, total: int, floor: float) -> float:

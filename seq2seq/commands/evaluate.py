@@ -1,0 +1,120 @@
+"""Score a checkpoint with sacreBLEU: `seq2seq evaluate CKPT [--split test] [--beam 5]` (or
+`python scripts/evaluate.py ...`); the procedure is seq2seq.decoding.evaluate.evaluate.
+
+The checkpoint alone is enough with `--src-file S --ref-file R` (`--ref-file` again for more references);
+with `--split NAME`, any split of the corpus named in the checkpoint (val, test, test_2017_flickr,
+test_2017_mscoco, test_2018_flickr, a newstest, ...) is read again (data/<name>/, ../shared/data/<name>/
+or the hub). Prints BLEU (`--sacrebleu-tokenize`, 13a by default) and chrF with their signatures, the
+hypotheses' length against the references' with BLEU's brevity penalty (a too short or too long output
+shows here, and `--length-penalty` moves it), the number of sentences and sentences/second, and writes
+the hypotheses (one per line, in input order) to `--out`, by default next to the checkpoint.
+
+`--align-ref GOLD` also scores the model's word alignments against a gold Pharaoh file (`i-j` sure,
+`ipj` possible; words are whitespace tokens from 0), one line per sentence pair: alignment error rate,
+precision and recall (Och & Ney 2003). By default the model reads the first reference teacher-forced, as
+alignment papers measure it; `--align-on hyp` scores the alignments of its own translations instead,
+against a gold (or silver) file made for those translations (scripts/silver_alignments.py on them).
+"""
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from sacrebleu.metrics import BLEU
+
+from seq2seq.cli import cli_message
+from seq2seq.decoding.evaluate import evaluate
+from seq2seq.decoding.flags import decoding_parser, search_config
+from seq2seq.errors import UserError
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = decoding_parser(
+        "Translate a test set with a checkpoint and score it with sacreBLEU.", prog
+    )
+    parser.add_argument("checkpoint", metavar="CKPT", help="a .ckpt written by scripts/train.py")
+    parser.add_argument(
+        "--split", default="test", help="any split of the checkpoint's corpus (val, test, ...)"
+    )
+    parser.add_argument("--src-file", metavar="S", help="source sentences, one per line")
+    parser.add_argument(
+        "--ref-file", metavar="R", action="append", help="references, line-aligned with --src-file; "
+        "repeat the flag for several references per sentence",
+    )  # fmt: skip
+    parser.add_argument(
+        "--out", metavar="FILE", help="hypotheses file (default: beside the checkpoint)"
+    )
+    parser.add_argument(
+        "--json", metavar="FILE", help="also write the results as JSON ('-': stdout)"
+    )
+    parser.add_argument("--lowercase", action="store_true", help="case-insensitive BLEU")
+    parser.add_argument(
+        "--sacrebleu-tokenize", default="13a", choices=list(BLEU.TOKENIZERS),
+        help="sacreBLEU's tokenizer for BLEU (zh for Chinese, ja-mecab for Japanese, ...)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--align-ref", metavar="GOLD", help="gold word alignments (Pharaoh, one line per pair): "
+        "also print alignment error rate, precision and recall",
+    )  # fmt: skip
+    parser.add_argument(
+        "--align-on", choices=("ref", "hyp"), default="ref", help="ref: the model reads the "
+        "first reference (teacher-forced); hyp: its own translations, which GOLD then aligns",
+    )  # fmt: skip
+    parser.add_argument(
+        "--align-direction", choices=("tgt2src", "src2tgt", "intersect"), default="tgt2src",
+        help="tgt2src: each target word to its best source word; src2tgt; or both's intersection",
+    )  # fmt: skip
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    args = build_parser(prog).parse_args(argv)
+    try:
+        result = evaluate(
+            args.checkpoint,
+            args.split,
+            search=search_config(args),
+            src_file=args.src_file,
+            ref_files=args.ref_file,
+            out=args.out,
+            json_path=args.json,
+            device=args.device,
+            batch_tokens=args.batch_tokens,
+            batch_size=args.batch_size,
+            lowercase=args.lowercase,
+            sacrebleu_tokenize=args.sacrebleu_tokenize,
+            align_ref=args.align_ref,
+            align_on=args.align_on,
+            align_direction=args.align_direction,
+        )
+    except UserError as err:
+        print(f"error: {cli_message(err)}", file=sys.stderr)
+        return 2
+    report(result, args.json)
+    return 0
+
+
+def report(result: dict[str, Any], json_path: str | None) -> None:
+    """Human-readable lines on stdout (BLEU to 2 decimals, as `sacrebleu -b` prints it); JSON if asked."""
+    lines = [
+        f"data: {result['data']}",
+        f"BLEU = {result['bleu']:.2f}  {result['bleu_signature']}",
+        f"length: hypotheses {result['hyp_len'] / max(result['ref_len'], 1):.3f} of the references "
+        f"({result['hyp_len']:,} / {result['ref_len']:,} tokens), brevity penalty "
+        f"{result['brevity_penalty']:.3f}",
+        f"chrF = {result['chrf']:.2f}  {result['chrf_signature']}",
+        f"sentences: {result['sentences']}  {result['sentences_per_second']:.1f} sentences/s "
+        f"({result['seconds']:.2f} s, beam {result['beam']}, {result['device']})",
+        f"hypotheses: {result['hypotheses']}",
+    ]
+    if "aer" in result:
+        lines.append(
+            f"AER = {result['aer']:.4f}  precision = {result['align_precision']:.4f}  recall = "
+            f"{result['align_recall']:.4f}  ({result['align_on']}; {result['align_ref']})"
+        )
+    if json_path == "-":  # stdout is the JSON alone, so it pipes into jq
+        print(json.dumps(result, indent=2))
+        print("\n".join(lines), file=sys.stderr)
+    else:
+        print("\n".join(lines))

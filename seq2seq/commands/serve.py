@@ -1,0 +1,123 @@
+"""Serve checkpoints: `seq2seq serve CKPT [CKPT ...] [--port 8000]` (or `python scripts/serve.py`),
+then open the page.
+
+One process loads each checkpoint once and serves, at http://HOST:PORT/, the attention explorer (a
+sentence in; each model's translation, attention heatmap and word alignment side by side) and the
+JSON API described in seq2seq/serving/server.py and docs/serving.md. Models are named after their files
+(`additive.ckpt` -> additive; a repeated name gets -2, -3, ...). Needs `pip install -e ".[serve]"`.
+
+Every checkpoint is loaded before the port is opened: one that cannot be read stops the start with
+one `error:` line and exit status 2, and so does a port that is taken.
+"""
+
+import argparse
+import dataclasses
+import logging
+import socket
+import sys
+from pathlib import Path
+
+from seq2seq.cli import DefaultsFormatter, Parser, add_flags, cli_message
+from seq2seq.decoding.flags import pick_device
+from seq2seq.errors import UserError
+from seq2seq.serving.requests import Limits
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = Parser(
+        prog=prog,
+        description="Serve checkpoints: an attention explorer page at / and a JSON API under "
+        "/api (docs/serving.md). Requests for a model are queued and translated in batches.",
+        formatter_class=DefaultsFormatter,
+    )
+    parser.add_argument("checkpoints", metavar="CKPT", nargs="+", help="checkpoints to serve")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)"
+    )
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free)")
+    parser.add_argument(
+        "--device", default="auto", help="cpu, cuda, cuda:1, ... (auto: cuda if available)"
+    )
+    add_flags(parser, Limits)
+    parser.add_argument(
+        "--allow-origin", action="append", default=[], metavar="ORIGIN",
+        help="a site whose pages may call the API from a browser, as https://example.org (CORS; "
+        "repeat for more); without it no answer carries CORS headers",
+    )  # fmt: skip
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
+                        help="uvicorn's log level (info: one line per request)")  # fmt: skip
+    return parser
+
+
+def model_names(paths: list[str]) -> list[str]:
+    """File stems, made unique in order: a.ckpt, b.ckpt, a.ckpt -> a, b, a-2."""
+    names: list[str] = []
+    for path in paths:
+        stem, name, n = Path(path).stem, Path(path).stem, 1
+        while name in names:
+            n += 1
+            name = f"{stem}-{n}"
+        names.append(name)
+    return names
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    args = build_parser(prog).parse_args(argv)
+    # the server's own errors, logged with their tracebacks and request ids (uvicorn logs the rest)
+    logging.basicConfig(format="%(levelname)s: %(name)s: %(message)s")
+    try:
+        limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
+        app = load(args, limits)
+        sock = listen(args.host, args.port)
+    except UserError as err:
+        print(f"error: {cli_message(err)}", file=sys.stderr)
+        return 2
+    host, port = sock.getsockname()[:2]
+    print(f"serving {len(args.checkpoints)} model(s) at http://{host}:{port}/", flush=True)
+    run(app, sock, args.log_level)
+    return 0
+
+
+def load(args: argparse.Namespace, limits: Limits) -> "FastAPI":  # noqa: F821
+    """The app over every checkpoint, loaded once; the first that cannot be loaded is a UserError."""
+    try:
+        from seq2seq.serving.server import TorchThread, build_app
+    except ImportError as err:
+        raise UserError(f'{err.name} is missing: pip install -e ".[serve]"') from None
+    from seq2seq.decoding.translator import Translator
+
+    device = pick_device(args.device)
+    torch_thread = TorchThread()  # loads the models and runs them: one thread for every torch call
+    try:
+        translators = {
+            name: torch_thread.call(Translator.load, path, device)  # a UserError names the file
+            for name, path in zip(model_names(args.checkpoints), args.checkpoints, strict=True)
+        }
+    except BaseException:
+        torch_thread.close()
+        raise
+    return build_app(translators, limits, torch_thread, args.allow_origin)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to (host, port) and listening; a UserError if the address cannot be had."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        # proto IPPROTO_TCP, not 0: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on
+        # connections whose socket says TCP, and with it on, a keep-alive client waited 40 ms for
+        # each answer's body (sent after its headers, behind the delayed ACK of the client).
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as err:
+        raise UserError(f"--host {host} --port {port}: cannot listen ({err.strerror})") from None
+    return sock
+
+
+def run(app: "FastAPI", sock: socket.socket, log_level: str) -> None:  # noqa: F821
+    """Serve `app` on `sock` until Ctrl-C or SIGTERM; queued requests are finished first."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=10))
+    server.run(sockets=[sock])
