@@ -70,9 +70,11 @@ def probe(name: str, cfg: TrainConfig, device: torch.device, heaviest: int) -> d
 
 
 def train_child(log: str, every: int, argv: list[str]) -> int:
-    """Child: train.py's main with an observer added to its trainer, which writes to `log`."""
+    """Child: `seq2seq train`'s main with an observer added to its trainer, which writes to `log`."""
     import lightning as L
 
+    from seq2seq.commands import train
+    from seq2seq.training import run
     from seq2seq.training.callbacks import AttentionHeatmaps
 
     class Observer(L.Callback):
@@ -110,8 +112,8 @@ def train_child(log: str, every: int, argv: list[str]) -> int:
         def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
             self.seen.update(fit_sec=time.perf_counter() - self.start, updates=trainer.global_step)
 
-    train, observer = load_script("train"), Observer()
-    build = train.build_trainer
+    observer = Observer()
+    build = run.build_trainer
 
     def build_trainer(cfg: TrainConfig, callbacks: list, logger) -> L.Trainer:
         for cb in callbacks:
@@ -120,7 +122,7 @@ def train_child(log: str, every: int, argv: list[str]) -> int:
                     setattr(cb, hook, observer.timed(getattr(cb, hook), kind, cb.every_n_steps))
         return build(cfg, [*callbacks, observer], logger)
 
-    train.build_trainer = build_trainer  # train() looks it up in its module when it runs
+    run.build_trainer = build_trainer  # train() looks it up in its module when it runs
     code = train.main(argv)
     gpu = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_initialized() else None
     seen = observer.seen | {"peak_rss_mb": status_mb("VmHWM"), "peak_gpu_mb": gpu, "code": code}

@@ -5,8 +5,8 @@
 
 1. Writes `<work>/synthetic-<N>/`: N training pairs, each two random Multi30k training pairs joined
    (seeded, so sentences are longer and varied, not copies), and Multi30k's val and test splits.
-2. Runs `scripts/prepare.py` on it in a child process (cache `<work>/cache`).
-3. Runs `scripts/train.py` for `--steps` updates on it, then with the same model and flags on a
+2. Runs `python -m seq2seq prepare` on it in a child process (cache `<work>/cache`).
+3. Runs `seq2seq train` for `--steps` updates on it, then with the same model and flags on a
    synthetic corpus of Multi30k's size (29,000 pairs: the same sentence lengths) and on Multi30k.
 Memory is the peak resident set: of the largest single process (the kernel's, via wait4), and of
 the whole process tree (the sum of its processes' PSS, which counts shared pages once, sampled
@@ -118,14 +118,12 @@ def _pss_kb(pid: int) -> int:
 
 
 def train_child(argv: list[str]) -> int:
-    """In the child: train.py's main, with a callback that prints the time of the first update."""
-    import importlib.util
-
+    """In the child: `seq2seq train`'s main, with a callback that prints the time of the first
+    update."""
     import lightning as L
 
-    spec = importlib.util.spec_from_file_location("train_script", ROOT / "scripts" / "train.py")
-    train = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train)
+    from seq2seq.commands import train
+    from seq2seq.training import run
 
     class FirstUpdate(L.Callback):
         def on_train_start(self, trainer: L.Trainer, *args: object) -> None:
@@ -136,8 +134,8 @@ def train_child(argv: list[str]) -> int:
             if trainer.global_step == 1:
                 print(f"{FIRST}{time.time():.3f}", flush=True)
 
-    build = train.build_trainer
-    train.build_trainer = lambda cfg, callbacks, logger: build(
+    build = run.build_trainer
+    run.build_trainer = lambda cfg, callbacks, logger: build(  # train() looks it up there
         cfg, [*callbacks, FirstUpdate()], logger
     )
     return train.main(argv)
@@ -175,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict = {"pairs": args.pairs, "steps": args.steps, "loadavg_start": os.getloadavg()}
     corpus = write_synthetic(work / f"synthetic-{args.pairs}", args.pairs)
     data = ["--data-dir", str(corpus), "--cache-dir", str(work / "cache"), *rest]
-    prep = run_child(["scripts/prepare.py", *data], work / f"prepare-{args.pairs}.log")
+    prep = run_child(["-m", "seq2seq", "prepare", *data], work / f"prepare-{args.pairs}.log")
     if prep["status"] != 0:
         print(prep["output"][-3000:], file=sys.stderr)
         return 1
@@ -193,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
         }
         peaks = {}
         for name, flags in runs.items():
-            ready = run_child(["scripts/prepare.py", *flags, *rest], work / f"prepare-{name}.log")
+            ready = run_child(
+                ["-m", "seq2seq", "prepare", *flags, *rest], work / f"prepare-{name}.log"
+            )
             run = (
                 measure_training(name, [*flags, *rest], work, args.steps)
                 if ready["status"] == 0
