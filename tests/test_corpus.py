@@ -1,5 +1,6 @@
 import gzip
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -11,6 +12,12 @@ import pytest
 from seq2seq.data import corpus
 from seq2seq.data.corpus import read_pairs, resolve_corpus
 from seq2seq.errors import UserError
+
+
+@pytest.fixture(autouse=True)
+def _no_data_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Corpora by name are looked for as a shell without SEQ2SEQ_DATA looks for them."""
+    monkeypatch.delenv("SEQ2SEQ_DATA", raising=False)
 
 
 def _lines(folder: Path, name: str) -> list[str]:
@@ -31,6 +38,21 @@ def test_resolution_order(
     assert resolve_corpus("toy", data_dir=str(tiny_corpus)).folder == tiny_corpus
     with pytest.raises(UserError, match="`data_dir` .*no such folder"):
         resolve_corpus("toy", data_dir=str(tmp_path / "missing"))
+
+
+def test_the_variable_s_folders_come_first_and_nothing_is_the_checkout_s(
+    tmp_path: Path, tiny_corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    shutil.copytree(tiny_corpus, second / "toy")
+    shutil.copytree(tiny_corpus, tmp_path / "work" / "data" / "toy")
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.setenv("SEQ2SEQ_DATA", os.pathsep.join([str(first), str(second)]))
+    assert resolve_corpus("toy").folder == second / "toy"  # the first folder holds no toy
+    monkeypatch.delenv("SEQ2SEQ_DATA")
+    assert resolve_corpus("toy").folder == Path("data/toy")  # then the current folder's
+    # The shared mirror is ../shared/data of the current folder, not of the package's checkout.
+    assert corpus.corpus_folders("toy")[-1] == tmp_path / "shared" / "data" / "toy"
 
 
 def test_unknown_name_offline_lists_places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
