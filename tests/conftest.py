@@ -90,7 +90,8 @@ def tiny_tokenizer(tiny_corpus: Path) -> Tokenizer:
 
 def load_script(name: str, folder: str = "scripts") -> ModuleType:
     """Import `<folder>/<name>.py` (a path from the repository root) as a module, so tests call its
-    `main(argv)` in-process."""
+    `main(argv)` in-process: for the benchmarks and analyses, which stay scripts; the commands are
+    the package's (`seq2seq.commands`), and their scripts are shims no test loads."""
     path = Path(__file__).resolve().parents[1] / folder / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"{folder.replace('/', '_')}_{name}", path)
     module = importlib.util.module_from_spec(spec)
