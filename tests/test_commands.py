@@ -109,3 +109,17 @@ def test_the_package_needs_no_checkout_a_corpus_is_found_by_name_or_by_the_varia
     probe = "import seq2seq, seq2seq.machine as m; print(seq2seq.__file__, repr(m.git_commit()))"
     where = _run(["-c", probe], work, **env)
     assert where.stdout.split() == [str(site / "seq2seq" / "__init__.py"), "''"]
+
+
+def test_a_study_s_children_run_this_package_in_the_caller_s_folder(tmp_path: Path) -> None:
+    from seq2seq.study import process
+    from seq2seq.study.layout import Study
+    from seq2seq.study.spec import Run, StudySpec
+
+    assert process.COMMAND == (sys.executable, "-m", "seq2seq")
+    env = process.package_env()
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(ROOT)  # this checkout's seq2seq first
+    spec = StudySpec({"a": ["--score", "dot"]}, [1])
+    command = process.train_command(Study(tmp_path / "study", tmp_path / "work"), spec, Run("a", 1))
+    assert command[:4] == [sys.executable, "-m", "seq2seq", "train"]
+    assert "scripts" not in " ".join(command)

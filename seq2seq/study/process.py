@@ -13,6 +13,7 @@ import json
 import os
 import shlex
 import shutil
+import site
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -126,9 +127,12 @@ def thread_env(threads: int) -> dict[str, str]:
 
 
 def package_env() -> dict[str, str]:
-    """This process's environment, with the folder holding this `seq2seq` package first on
-    PYTHONPATH: a `python -m seq2seq` child runs the same code whatever its working folder."""
+    """This process's environment, with the folder holding this `seq2seq` package (a checkout, or
+    a PYTHONPATH entry) first on PYTHONPATH: a `python -m seq2seq` child runs the same code. An
+    installed package needs nothing: the child's interpreter finds it where this one did."""
     env = dict(os.environ)
     home = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join([home, *filter(None, [env.get("PYTHONPATH")])])
+    path = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    if home not in {*site.getsitepackages(), site.getusersitepackages()} and path[:1] != [home]:
+        env["PYTHONPATH"] = os.pathsep.join([home, *path])
     return env
