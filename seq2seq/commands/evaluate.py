@@ -3,8 +3,8 @@
 
 The checkpoint alone is enough with `--src-file S --ref-file R` (`--ref-file` again for more references);
 with `--split NAME`, any split of the corpus named in the checkpoint (val, test, test_2017_flickr,
-test_2017_mscoco, test_2018_flickr, a newstest, ...) is read again (data/<name>/, ../shared/data/<name>/
-or the hub). Prints BLEU (`--sacrebleu-tokenize`, 13a by default) and chrF with their signatures, the
+test_2017_mscoco, test_2018_flickr, a newstest, ...) is read again (found as seq2seq.data.corpus
+says: under $SEQ2SEQ_DATA, data/<name>/, ../shared/data/<name>/ or the hub). Prints BLEU (`--sacrebleu-tokenize`, 13a by default) and chrF with their signatures, the
 hypotheses' length against the references' with BLEU's brevity penalty (a too short or too long output
 shows here, and `--length-penalty` moves it), the number of sentences and sentences/second, and writes
 the hypotheses (one per line, in input order) to `--out`, by default next to the checkpoint.
@@ -13,7 +13,7 @@ the hypotheses (one per line, in input order) to `--out`, by default next to the
 `ipj` possible; words are whitespace tokens from 0), one line per sentence pair: alignment error rate,
 precision and recall (Och & Ney 2003). By default the model reads the first reference teacher-forced, as
 alignment papers measure it; `--align-on hyp` scores the alignments of its own translations instead,
-against a gold (or silver) file made for those translations (scripts/silver_alignments.py on them).
+against a gold (or silver) file made for those translations (`seq2seq silver-alignments` on them).
 """
 
 import argparse
