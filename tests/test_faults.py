@@ -84,8 +84,8 @@ def paused(src, dst):
         os.kill(os.getpid(), signal.SIGSTOP)
     return real(src, dst)
 os.replace = paused
-sys.argv = sys.argv[1:]
-exec(open(sys.argv[0]).read())
+from seq2seq.commands import main  # argv: -c -m seq2seq prepare FLAGS...
+sys.exit(main(sys.argv[3:]))
 """
 
 
@@ -192,8 +192,8 @@ socket.gethostname = lambda: sys.argv[1]  # another machine: its temporaries are
 go = Path(sys.argv[2])
 while not go.exists():  # both start building at once
     time.sleep(0.01)
-sys.argv = sys.argv[3:]
-exec(open(sys.argv[0]).read())
+from seq2seq.commands import main  # argv: -c HOST GO -m seq2seq prepare FLAGS...
+sys.exit(main(sys.argv[5:]))
 """
 
 
