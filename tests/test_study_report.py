@@ -177,7 +177,7 @@ def test_the_report_shows_the_judges_beside_each_bleu_and_chrf_difference(tiny_c
         bleu = f"{row['delta']:+.2f} (~{round(100 * row['bleu_agreement'])}%)"
         chrf_cell = f"{row['chrf_delta']:+.2f} (~{round(100 * row['chrf_agreement'])}%)"
         assert f"| {bleu} | {chrf_cell} |" in line, line
-    assert "| delta (judges) | chrF delta (judges) |" in text
+    assert "| BLEU delta (judges) | chrF delta (judges) |" in text
     assert "github.com/kocmitom/MT-Thresholds" in text and "under 0.27 BLEU or 0.14 chrF" in text
 
     # A difference the fit puts under 50% is shown as a coin toss, not as judges preferring the other

@@ -302,7 +302,7 @@ def markdown(study: Study, spec: StudySpec, report: dict[str, Any]) -> str:
         "## Paired significance of BLEU (sacrebleu: bootstrap 1,000, approximate randomization "
         "10,000; two-sided)",
         "",
-        "| baseline | system | seeds | BLEU baseline | BLEU system | delta (judges) | chrF delta "
+        "| baseline | system | seeds | BLEU baseline | BLEU system | BLEU delta (judges) | chrF delta "
         "(judges) | p (bootstrap) | Holm | p (AR) | Holm |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
