@@ -17,9 +17,10 @@ import torch
 from seq2seq.commands import study as study_script
 from seq2seq.study.layout import Study
 from seq2seq.study.spec import Run
-from tests.conftest import load_script, tiny_train_args
+from tests.conftest import tiny_train_args
 
 STUDY = ("-m", "seq2seq", "study")  # `python -m seq2seq study`
+ROOT = Path(__file__).resolve().parents[1]
 RUNS = ["a-seed1", "d-seed1", "a-seed2", "d-seed2"]  # the order `run` takes them in
 
 
@@ -216,12 +217,13 @@ def test_a_saved_study_refuses_another_spec_and_lists_its_commands(tmp_path, cap
                                                "new", "d-seed2", "new"]  # fmt: skip
 
 
-def test_score_curves_join_the_sittings_of_a_resumed_run(tmp_path, capsys):
-    """docs/analysis/score_curves.py: two sittings' events read as one curve per statistic, a
-    validation the resumed sitting repeated taken from the later sitting."""
+def test_score_curves_join_the_sittings_of_a_resumed_run(tmp_path):
+    """seq2seq.study.events.run_curves (docs/analysis/score_curves.py's): two sittings' events read
+    as one curve per statistic, a validation the resumed sitting repeated taken from the later
+    sitting."""
     from torch.utils.tensorboard import SummaryWriter
 
-    score_curves = load_script("score_curves", "docs/analysis")
+    from seq2seq.study.events import run_curves
 
     version = tmp_path / "dot-seed1" / "version_0"
     sittings = [{10: 3.0, 20: 2.5}, {20: 2.0, 30: 1.5}]  # update -> val/score_std
@@ -233,19 +235,24 @@ def test_score_curves_join_the_sittings_of_a_resumed_run(tmp_path, capsys):
         writer.close()
         time.sleep(1.1)  # events files are named by the second they were opened in
 
-    assert score_curves.curves(tmp_path / "dot-seed1")["val/score_std"] == [
+    assert run_curves(tmp_path / "dot-seed1")["val/score_std"] == [
         (10, 3.0), (20, 2.0), (30, 1.5)
     ]  # fmt: skip
+    # The analysis program over the package's curves: run as a user runs it, not loaded by path.
+    tool = [sys.executable, str(ROOT / "docs" / "analysis" / "score_curves.py")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     png = tmp_path / "curves.png"
-    assert score_curves.main([str(tmp_path / "dot-seed1"), "--at", "1", "3", "4", "--png",
-                              str(png)]) == 0  # fmt: skip
-    rows = capsys.readouterr().out.splitlines()
+    done = subprocess.run([*tool, str(tmp_path / "dot-seed1"), "--at", "1", "3", "4", "--png",
+                           str(png)], env=env, capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = done.stdout.splitlines()
     assert rows[2] == "| dot-seed1 | score sd | 3.000 | 1.500 | - |"
     assert rows[3] == "| dot-seed1 | max weight | 0.300 | 0.150 | - |"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     (tmp_path / "empty" / "version_0").mkdir(parents=True)
-    assert score_curves.main([str(tmp_path / "empty")]) == 2
-    assert "empty: no val/score_std in version_*/ events" in capsys.readouterr().err
+    done = subprocess.run([*tool, str(tmp_path / "empty")], env=env, capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "empty: no val/score_std in version_*/ events" in done.stderr
 
 
 def test_report_lists_a_runs_commits_in_sitting_order_and_explains_all_only_when_shown():

@@ -14,21 +14,10 @@ import sys
 from pathlib import Path
 
 from seq2seq.cli import Parser
-from seq2seq.study.events import sittings_scalars
+from seq2seq.study.events import run_curves
 
 TAGS = (("val/score_std", "score sd"), ("val/max_weight", "max weight"))
 TABLE_TAGS = (*TAGS, ("val/attn_entropy", "entropy"))
-
-
-def curves(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """tag -> [(update, value)] over every sitting of a train.py run folder, by update; a value
-    logged twice for one update (a resumed sitting repeating a validation) keeps the later one."""
-    versions = sorted(run_dir.glob("version_*"))
-    merged: dict[str, dict[int, float]] = {}
-    for scalars in sittings_scalars(versions[-1]) if versions else []:
-        for tag, points in scalars.items():
-            merged.setdefault(tag, {}).update({step: value for step, _, value in points})
-    return {tag: sorted(points.items()) for tag, points in merged.items()}
 
 
 def table(runs: dict[str, dict[str, list[tuple[int, float]]]], at: list[int]) -> str:
@@ -82,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if any(k < 1 for k in args.at):
         parser.error("--at counts validations from 1")
-    runs = {run.name: curves(run) for run in args.runs}
+    runs = {run.name: run_curves(run) for run in args.runs}
     missing = [name for name, tags in runs.items() if TAGS[0][0] not in tags]
     if missing:  # not a train.py folder, or trained before the statistic was logged
         print(f"error: {', '.join(missing)}: no {TAGS[0][0]} in version_*/ events", file=sys.stderr)

@@ -48,3 +48,14 @@ def trained_precision(version_dir: Path) -> str | None:
     if not path.is_file():
         return None
     return (yaml.safe_load(path.read_text("utf-8")) or {}).get("precision")
+
+
+def run_curves(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """tag -> [(update, value)] over every sitting of a training run folder, by update; a value
+    logged twice for one update (a resumed sitting repeating a validation) keeps the later one."""
+    versions = sorted(run_dir.glob("version_*"))
+    merged: dict[str, dict[int, float]] = {}
+    for scalars in sittings_scalars(versions[-1]) if versions else []:
+        for tag, points in scalars.items():
+            merged.setdefault(tag, {}).update({step: value for step, _, value in points})
+    return {tag: sorted(points.items()) for tag, points in merged.items()}
