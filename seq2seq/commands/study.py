@@ -14,7 +14,9 @@ first use; `--config study.yaml` gives it as YAML instead of flags. Each run tra
 `--work-dir/runs/<variant>-seed<k>/` (checkpoints, never committed) and leaves its scores and
 hypotheses in DIR/runs/<variant>-seed<k>/ (small, meant to be committed). Starting the study again,
 after any stop, kill or preemption, skips finished runs and resumes the others from their last.ckpt.
-Relative paths (DIR, --work-dir, --align-ref, path flags of the variants) are the caller's.
+Relative paths (DIR, --work-dir, --align-ref, path flags of the variants) are the caller's: every
+process of the study runs in the caller's folder, and study.json keeps the paths inside it relative
+to it (so continue a committed study, such as docs/study, from the checkout's root).
 """
 
 import argparse
