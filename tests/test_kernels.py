@@ -4,6 +4,7 @@ and copies are unchanged; a module it does not know, such as a scorer a test wri
 the textbook's terms, keeps its own code and trains."""
 
 import copy
+import re
 
 import pytest
 import torch
@@ -15,6 +16,8 @@ from seq2seq.models.attention import AdditiveScorer, lengths_to_mask
 from seq2seq.models.build import build_model
 from seq2seq.models.kernels import KERNELS, accelerate, textbook
 from seq2seq.models.kernels.dropout import UniformDropout
+from seq2seq.models.kernels.multihead import CausalFusedAttention
+from seq2seq.models.multihead import MultiHeadAttention
 from seq2seq.models.rnn import RNNSeq2Seq
 from seq2seq.models.transformer import TransformerSeq2Seq
 from seq2seq.training.losses import batch_loss
@@ -67,7 +70,7 @@ def test_accelerate_swaps_the_known_modules_keeps_every_parameter_and_undoes() -
     assert accelerate(model) is model
     kinds = {type(m) for m in model.modules()}
     assert kinds.isdisjoint(KERNELS)  # every textbook module it knows is a kernel now
-    assert set(KERNELS.values()) <= kinds
+    assert {KERNELS[k] for k in (AdditiveScorer, RNNSeq2Seq, nn.Dropout)} <= kinds
     after = model.state_dict(keep_vars=True)
     assert list(after) == list(before) and all(after[k] is before[k] for k in before)
     assert accelerate(model) is model and {type(m) for m in model.modules()} == kinds  # idempotent
@@ -113,7 +116,7 @@ def test_kernels_search_as_the_textbook_model(score: str) -> None:
     torch.testing.assert_close(got.scores, want.scores, rtol=1e-4, atol=1e-4)
 
 
-def test_transformer_dropout_is_the_uniform_kernel_and_nothing_else_changes() -> None:
+def test_transformer_kernels_train_as_the_textbook_model() -> None:
     torch.manual_seed(0)
     model = TransformerSeq2Seq(
         V, d_model=16, heads=2, layers=1, ff_size=32, dropout=0.0, attn_dropout=0.0
@@ -122,6 +125,7 @@ def test_transformer_dropout_is_the_uniform_kernel_and_nothing_else_changes() ->
     plain = copy.deepcopy(model).train()
     accelerate(model).train()
     assert dropouts and all(type(model.get_submodule(n)) is UniformDropout for n in dropouts)
+    assert type(model.decoder[0].self_attn) is CausalFusedAttention
     for batch in BATCHES:
         assert_same_training(plain, model, batch)
 
@@ -168,3 +172,38 @@ def test_a_scorer_the_kernels_do_not_know_trains_with_them_and_without(scorer: t
         losses.append(loss.item() / tokens.item())
     assert losses[-1] < 0.5 * losses[0]
     assert kernels.decoder.scorer.key_proj.weight.grad.abs().sum() > 0  # the new scorer learned too
+
+
+def test_the_models_links_into_the_benchmark_log_name_its_headings() -> None:
+    """The model code keeps no timings; where a reader needs the why it links docs/benchmarks.md."""
+    from tests.test_docs import ROOT, anchors
+
+    known = anchors(ROOT / "docs" / "benchmarks.md")
+    cited = {
+        anchor
+        for module in (ROOT / "seq2seq" / "models").rglob("*.py")
+        for anchor in re.findall(r"docs/benchmarks\.md#([\w-]+)", module.read_text("utf-8"))
+    }
+    assert len(cited) >= 4 and sorted(cited - known) == []
+
+
+@pytest.mark.parametrize("padding", [False, True])
+def test_causal_attention_kernel_equals_the_textbook_module(padding: bool) -> None:
+    """Causal self-attention over a whole prefix: `is_causal` (no padding) or the textbook's mask."""
+    torch.manual_seed(4)
+    plain = MultiHeadAttention(16, 4)
+    kernel = accelerate(copy.deepcopy(plain))
+    assert type(kernel) is CausalFusedAttention
+    x = torch.randn(3, 7, 16, requires_grad=True)  # (B, T, H)
+    mask = lengths_to_mask(torch.tensor([7, 5, 2]), 7) if padding else None  # (B, T)
+    upstream = torch.randn(3, 7, 16)
+    results = []
+    for module in (plain, kernel):
+        out, _ = module(x, x, x, key_padding_mask=mask, causal=True)  # (B, T, H)
+        results.append(
+            (out, torch.autograd.grad((out * upstream).sum(), (x, *module.parameters())))
+        )
+    (want, want_grads), (got, got_grads) = results
+    torch.testing.assert_close(got, want)
+    for g, w in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(g, w)

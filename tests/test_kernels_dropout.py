@@ -1,4 +1,5 @@
-"""The dropout kernel (seq2seq.models.kernels.dropout): nn.Dropout's distribution and scaling, its mask drawn from uniform numbers."""
+"""The dropout kernel (seq2seq.models.kernels.dropout): nn.Dropout's distribution and scaling, its
+mask drawn from uniform numbers."""
 
 import pytest
 import torch

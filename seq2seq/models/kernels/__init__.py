@@ -5,15 +5,16 @@ and decodes correctly on its own. `accelerate(model)` swaps each submodule it ha
 that kernel, a subclass of the textbook module that keeps its parameters and computes the same numbers
 (to float tolerance) faster on some device, precision or phase:
 
-| textbook module (seq2seq.models) | kernel                         | what it changes                          |
-|----------------------------------|--------------------------------|------------------------------------------|
-| attention.AdditiveScorer         | additive.SigmoidAdditiveScorer | tanh through sigmoid; chunked search;    |
-|                                  |                                | energies recomputed in backward          |
-| rnn.BiGRUEncoder                 | encoder.UnpackedBiGRUEncoder   | unpacked directions when a CPU trains    |
-| rnn.BahdanauDecoder              | decoder.DeferredBahdanauDecoder| ended rows stop; CPU training's steps    |
-|                                  |                                | take their gradients once a batch        |
-| rnn.RNNSeq2Seq                   | decoder.Fp32RecurrenceRNN      | recurrence in fp32 under CPU autocast    |
-| torch.nn.Dropout                 | dropout.UniformDropout         | a CPU mask from uniform numbers          |
+| textbook module (seq2seq.models) | kernel (here)                   | what it changes                    |
+|----------------------------------|---------------------------------|------------------------------------|
+| attention.AdditiveScorer         | additive.SigmoidAdditiveScorer  | tanh through sigmoid; chunked in   |
+|                                  |                                 | search; recomputed in backward     |
+| rnn.BiGRUEncoder                 | encoder.UnpackedBiGRUEncoder    | unpacked when a CPU trains         |
+| rnn.BahdanauDecoder              | decoder.DeferredBahdanauDecoder | ended rows stop; CPU training's    |
+|                                  |                                 | gradients taken once a batch       |
+| rnn.RNNSeq2Seq                   | decoder.Fp32RecurrenceRNN       | fp32 recurrence under CPU autocast |
+| multihead.MultiHeadAttention     | multihead.CausalFusedAttention  | a causal mask alone as `is_causal` |
+| torch.nn.Dropout                 | dropout.UniformDropout          | a CPU mask from uniform numbers    |
 
 With `compile=True` the GRU translator's decoder loops are also compiled (compiled.CompiledRNN), which
 `accelerate` returns in place of the model. A module of another type, a scorer or decoder written in
@@ -32,6 +33,8 @@ from seq2seq.models.kernels.additive import SigmoidAdditiveScorer
 from seq2seq.models.kernels.decoder import DeferredBahdanauDecoder, Fp32RecurrenceRNN
 from seq2seq.models.kernels.dropout import UniformDropout
 from seq2seq.models.kernels.encoder import UnpackedBiGRUEncoder
+from seq2seq.models.kernels.multihead import CausalFusedAttention
+from seq2seq.models.multihead import MultiHeadAttention
 from seq2seq.models.rnn import BahdanauDecoder, BiGRUEncoder, RNNSeq2Seq
 
 # Exact types only: a subclass of a textbook module (someone's variant) keeps its own code.
@@ -40,6 +43,7 @@ KERNELS: dict[type[nn.Module], type[nn.Module]] = {
     BiGRUEncoder: UnpackedBiGRUEncoder,
     BahdanauDecoder: DeferredBahdanauDecoder,
     RNNSeq2Seq: Fp32RecurrenceRNN,
+    MultiHeadAttention: CausalFusedAttention,
     nn.Dropout: UniformDropout,
 }
 

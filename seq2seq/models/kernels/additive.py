@@ -85,7 +85,8 @@ def scores_in_chunks(proj_query: Tensor, proj_keys: Tensor, weight: Tensor) -> T
 
     A search step's energies are large (B = sentences x beams: 1,500 x 20 x 512 is 60 MB), and on a
     CPU every tensor that size is mapped afresh and page-faults in. Rows are scored in one reused
-    buffer of SCORE_CHUNK elements instead (why: docs/benchmarks.md#against-the-code-issue-38-was-filed-at-on-an-avx2-cpu).
+    buffer of SCORE_CHUNK elements instead (why:
+    docs/benchmarks.md#against-the-code-issue-38-was-filed-at-on-an-avx2-cpu).
     """
     B, S, A = proj_keys.shape
     dtype = torch.result_type(proj_query, proj_keys)
