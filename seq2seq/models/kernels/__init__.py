@@ -28,7 +28,6 @@ textbook modules never import this package (an import-linter contract).
 from torch import nn
 
 from seq2seq.models.attention import AdditiveScorer
-from seq2seq.models.interface import Seq2Seq
 from seq2seq.models.kernels.additive import SigmoidAdditiveScorer
 from seq2seq.models.kernels.decoder import DeferredBahdanauDecoder, Fp32RecurrenceRNN
 from seq2seq.models.kernels.dropout import UniformDropout
@@ -48,11 +47,12 @@ KERNELS: dict[type[nn.Module], type[nn.Module]] = {
 }
 
 
-def accelerate(model: Seq2Seq, compile: bool = False) -> Seq2Seq:
+def accelerate(model: nn.Module, compile: bool = False) -> nn.Module:
     """Plug the kernels into `model`, in place, and return what to run it through.
 
     Args:
-        model: a built model (seq2seq.models.build.build_model), trained or not, on any device.
+        model: a built model (seq2seq.models.build.build_model), trained or not, on any device; or
+            any module, whose submodules are swapped alike (a scorer, an attention layer).
         compile: also compile the GRU translator's decoder loops (`--compile`; RNNSeq2Seq only).
 
     Returns:
@@ -70,7 +70,7 @@ def accelerate(model: Seq2Seq, compile: bool = False) -> Seq2Seq:
     return CompiledRNN(model)
 
 
-def textbook(model: Seq2Seq) -> Seq2Seq:
+def textbook(model: nn.Module) -> nn.Module:
     """Undo `accelerate` in place: every kernel back to the textbook module it stands for."""
     back = {kernel: plain for plain, kernel in KERNELS.items()}
     for module in model.modules():
