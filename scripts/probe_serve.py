@@ -4,17 +4,20 @@
 
 Text that tokenizes to about one subword per character (`"aA" * 500`: 1,000 subwords and EOS on
 the shared checkpoint) is sent to a server started with its default limits, each probe on its own:
-one and six greedy sentences, one at beam 11 / n-best 11, nine /api/align pairs of it, the six
-sentences again with SIGTERM sent 2 s in, and 32 clients sending the first case at once; then, to a
+one and six greedy sentences, one at beam 11 / n-best 11, nine /api/align pairs of it, and two
+greedy sentences (what the limits take: the memory a large answer leaves behind); then 32 clients
+sending the first case at once, and two clients sending it with SIGTERM sent 1 s in; then, to a
 second server, one Transformer sentence of 1,000 characters at beam 16 / n-best 16. While each of
-the first four runs, a one-word request is sent 0.5 s in: `side` is how long it waited.
+the first five and the last runs, a one-word request is sent 0.5 s in (`one word s`: its wait).
 
 Per probe: wall time, the server's CPU seconds (user + system, every thread) and peak resident
-memory (VmRSS sampled every 20 ms), the statuses, and the answer's size; the server's resident
-memory before the probes and after them. Every request has a deadline (`--timeout`), and a server
-past `--rss-cap` MB is killed: a probe of a server without limits ends either way, and a killed or
-stuck server is started afresh for the next probe. Clients talk to 127.0.0.1 only. Standard library
-only: the same script probes any version of the server (`--serve` names its serve.py).
+memory (VmRSS sampled every 20 ms), the statuses, the answer's size, and the machine's 1-minute
+load average as it ended (on a shared machine the wall times follow the load; the CPU seconds
+do not); the server's resident memory before the first five probes and after them. Every request
+has a deadline (`--timeout`), and a server past `--rss-cap` MB is killed: a probe of a server
+without limits ends either way, and a killed or stuck server is started afresh for the next probe
+(its "before" memory then lost). Clients talk to 127.0.0.1 only. Standard library only: the same
+script probes any version of the server (`--serve` names its serve.py).
 """
 
 import argparse
@@ -134,6 +137,7 @@ def probe(
         status, _, _ = post(server.port, "/api/translate", {"sentences": [WORD], "beam": 1}, 30)
         side_s.append(time.monotonic() - start if status == 200 else float("inf"))
 
+    rss0 = server.rss_mb()
     watch, cpu0, start = Watch(server, args.rss_cap), server.cpu_s(), time.monotonic()
     threads = [threading.Thread(target=send, args=(i, *r)) for i, r in enumerate(requests)]
     threads += [threading.Thread(target=side_request)] if side else []
@@ -153,11 +157,14 @@ def probe(
     took = time.monotonic() - start
     watch.stop()
     cpu = (server.cpu_s() or watch.cpu_s) - cpu0
+    time.sleep(1)  # what the server keeps once the answer is out
+    rss1 = server.rss_mb() if server.alive() and "0" not in [str(r[0]) for r in results] else 0
     statuses: dict[str, int] = {}
     for status, *_ in results:
         statuses[str(status)] = statuses.get(str(status), 0) + 1
-    row = {"probe": name, "seconds": round(took, 2), "cpu_s": round(cpu, 2),
-           "peak_rss_mb": round(watch.peak), "statuses": statuses,
+    row = {"probe": name, "load": round(os.getloadavg()[0], 1), "seconds": round(took, 2), "cpu_s": round(cpu, 2),
+           "peak_rss_mb": round(watch.peak), "rss_mb": f"{rss0:.0f} -> {rss1:.0f}" if rss1 else "",
+           "statuses": statuses,
            "slowest_s": round(max(r[3] for r in results), 2),
            "body_mb": round(max(r[1] for r in results) / 2**20, 2),
            "message": next((r[2] for r in results if r[2]), "")[:160]}  # fmt: skip
@@ -185,6 +192,14 @@ def main(argv: list[str] | None = None) -> int:
         "--rss-cap", type=float, default=4000, help="MB before the server is killed"
     )
     parser.add_argument("--json", help="write the rows here too")
+    parser.add_argument("--transformer-only", action="store_true", help="the last probe alone")
+    parser.add_argument(
+        "--serve-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an argument for serve.py, as --serve-arg=--max-seconds=60 (repeat)",
+    )
     args = parser.parse_args(argv)
     greedy = {"sentences": [ATTACK], "beam": 1}
     cases = [
@@ -193,9 +208,24 @@ def main(argv: list[str] | None = None) -> int:
         ("beam 11 / n-best 11", [("/api/translate",
                                   {"sentences": [ATTACK], "beam": 11, "nbest": 11})]),
         ("align x9", [("/api/align", {"sentences": [ATTACK] * 9, "references": [ATTACK] * 9})]),
+        ("greedy x2", [("/api/translate", {"sentences": [ATTACK] * 2, "beam": 1})]),
     ]  # fmt: skip
     rows: list[dict[str, Any]] = []
-    server = Server(args.serve, args.checkpoint, [])
+    rss: dict[str, Any] = {"rss_before_mb": None, "rss_after_mb": None}
+    if not args.transformer_only:
+        rss = gru_probes(args, cases, greedy, rows)
+    transformer_probe(args, rows)
+    print(table(rows, rss))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, **rss}, indent=1) + "\n")
+    return 0
+
+
+def gru_probes(
+    args: argparse.Namespace, cases: list, greedy: dict[str, Any], rows: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The probes of the GRU server; its resident memory before and after the first five."""
+    server = Server(args.serve, args.checkpoint, args.serve_arg)
     try:
         post(server.port, "/api/translate", {"sentences": [WORD], "beam": 1}, 60)  # warm
         before = server.rss_mb()
@@ -204,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(rows[-1]), flush=True)
             if "0" in rows[-1]["statuses"] or not server.alive():  # still busy, or killed
                 server.kill()
-                server, before = Server(args.serve, args.checkpoint, []), None
+                server, before = Server(args.serve, args.checkpoint, args.serve_arg), None
         time.sleep(1)
         after = server.rss_mb() if before is not None else None  # a restart loses the "before"
         rss = {"rss_before_mb": before and round(before), "rss_after_mb": after and round(after)}
@@ -215,12 +245,16 @@ def main(argv: list[str] | None = None) -> int:
         ]:
             if not server.alive() or term is None and rows[-1]["statuses"].get("0"):
                 server.kill()
-                server = Server(args.serve, args.checkpoint, [])
+                server = Server(args.serve, args.checkpoint, args.serve_arg)
             rows.append(probe(server, name, requests, args, term_at=term))
             print(json.dumps(rows[-1]), flush=True)
     finally:
         server.kill()
-    server = Server(args.serve, args.transformer, [])
+    return rss
+
+
+def transformer_probe(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    server = Server(args.serve, args.transformer, args.serve_arg)
     try:
         body = {"sentences": [ATTACK], "beam": 16, "nbest": 16}
         rows.append(probe(server, "Transformer beam 16 / n-best 16", [("/api/translate", body)],
@@ -228,24 +262,20 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(rows[-1]), flush=True)
     finally:
         server.kill()
-    print(table(rows, rss))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, **rss}, indent=1) + "\n")
-    return 0
 
 
 def table(rows: list[dict[str, Any]], rss: dict[str, Any]) -> str:
     """The rows as a Markdown table, and the resident memory before and after."""
-    lines = ["| probe | status | s | CPU s | peak MB | answer MB | one word s | message |",
-             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| probe | load | status | s | CPU s | peak MB | MB before -> after | answer MB | "
+             "one word s | message |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         status = ", ".join(f"{n} x {s}" if n > 1 else s for s, n in r["statuses"].items())
         side = r.get("side_s", "")
         if "exit_after_term_s" in r:
             side = f"exit {r['exit_after_term_s']} s after SIGTERM"
-        lines.append(f"| {r['probe']} | {status} | {r['seconds']} | {r['cpu_s']} | "
-                     f"{r['peak_rss_mb']} | {r['body_mb']} | {side} | {r['message']} |")  # fmt: skip
-    lines.append(f"\nresident MB before the first four probes: {rss['rss_before_mb']}, "
+        lines.append(f"| {r['probe']} | {r['load']} | {status} | {r['seconds']} | {r['cpu_s']} | "
+                     f"{r['peak_rss_mb']} | {r['rss_mb']} | {r['body_mb']} | {side} | {r['message']} |")  # fmt: skip
+    lines.append(f"\nresident MB before the first five probes: {rss['rss_before_mb']}, "
                  f"after them: {rss['rss_after_mb']}")  # fmt: skip
     return "\n".join(lines)
 
