@@ -76,7 +76,9 @@ def run_batch(
 def _cut_output(search: ServedSearch, result: Translation) -> list[str]:
     """A note when the output reached the server's cap, below the search's own limit."""
     S, T = len(result.src_tokens), len(result.tgt_tokens)
-    if search.max_output is None or T < search.max_output or not search.capped(S):
+    if not isinstance(search, ServedSearch) or search.max_output is None:
+        return []
+    if T < search.max_output or not search.capped(S):
         return []
     return [f"the output was cut at {search.max_output} subwords (--max-output)"]
 

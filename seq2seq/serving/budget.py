@@ -128,7 +128,8 @@ def shared_steps(model: Seq2Seq, sizes: list[tuple[int, int]]) -> Cost:
 
 def search_cost(model: Seq2Seq, S: int, T: int, beam: int, attended: int) -> Cost:
     """One sentence of S source subwords searched for at most T steps with `beam` rows, the
-    matrices of `attended` hypotheses sent back (module docstring)."""
+    matrices of `attended` hypotheses sent back (module docstring); its steps' reading of the
+    weights is `shared_steps`'s."""
     s = shape(model)
     kept = T * s.N * S * (2 if beam == 1 else 2 * beam + attended)  # weights the search holds
     answer = attended * T * S  # (T, S) numbers per matrix sent back; word ones are smaller
@@ -139,7 +140,8 @@ def search_cost(model: Seq2Seq, S: int, T: int, beam: int, attended: int) -> Cos
 
 
 def reading_cost(model: Seq2Seq, S: int, T: int) -> Cost:
-    """One pair read teacher-forced: S source subwords, T target ones (module docstring)."""
+    """One pair read teacher-forced: S source subwords, T target ones (module docstring); its
+    steps' reading of the weights is `shared_steps`'s."""
     s = shape(model)
     kept, logits = T * s.N * S, 2 * T * s.V  # the weights; the logits and their log-softmax
     memory = FLOAT * (kept + logits + 2 * s.L * (T + S) * s.H) + ANSWER_BYTES * T * S

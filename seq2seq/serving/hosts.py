@@ -46,7 +46,7 @@ class HostCheck:
             return await self.app(scope, receive, send)
         shown = header if len(header) <= 40 else header[:37] + "..."
         message = f"Host {shown!r} is not a name of this server (--allow-host adds one)"
-        body = json.dumps({"error": message}).encode()
+        body = json.dumps({"error": message}, separators=(",", ":")).encode()
         await send({"type": "http.response.start", "status": 400, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
         ]})  # fmt: skip

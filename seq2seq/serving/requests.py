@@ -46,7 +46,7 @@ class Limits:
     )
     max_output: int = _limit(200, "the longest output in subwords (EOS included) the server writes")
     max_seconds: float = _limit(
-        5.0,
+        10.0,
         "seconds one batch may run, and one request wait in the queue; past them the batch is "
         "stopped (or the request left unrun) and its requests get 503",
     )
