@@ -104,6 +104,8 @@ def translate_batch(
     The one entry point that validation, evaluation and translation share. `check` is called
     before every step of the search; what it raises ends it.
     """
+    if check is not None:  # before the encoder too, which has no steps to check between
+        check()
     device = next(model.parameters()).device
     src, src_lens, src_mask = (batch[k].to(device) for k in ("src", "src_lens", "src_mask"))
     if search.beam == 1:

@@ -29,9 +29,12 @@ sentence gave 28.7 sentences/s instead of 48.0, of sixteen 130.2 instead of 198.
 
 import asyncio
 import logging
+import queue
+import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -61,7 +64,7 @@ from seq2seq.serving.requests import (
 )
 
 CLIENT_GONE = 499  # nginx's status for "the client closed the connection"; nobody reads it
-STOP_SECONDS = 2.0  # how long shutdown waits for each model's worker to end its batch
+STOP_SECONDS = 3.0  # how long shutdown waits for the models' workers and the torch thread
 TRIM_BYTES = 1 << 20  # answers larger than this give the allocator's freed memory back after them
 log = logging.getLogger(__name__)
 
@@ -70,18 +73,34 @@ class TorchThread:
     """The one thread that runs the server's torch calls (the module docstring says why). Calls
     from any thread wait for their turn; one call runs at a time, so the models of a server take
     turns (on a CPU they share the same cores anyway), and `warnings.catch_warnings`, which swaps
-    process-wide state and is not thread-safe before Python 3.14, is only used from here."""
+    process-wide state and is not thread-safe before Python 3.14, is only used from here. The
+    thread is a daemon: a process that stops does not wait for a call with no check in it (a long
+    source being encoded on a busy machine) beyond `close`'s timeout."""
 
     def __init__(self) -> None:
-        # one worker, kept until close(): the same thread runs every call
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch")
+        self._calls: queue.SimpleQueue = queue.SimpleQueue()  # (future, fn, args), None: stop
+        self._thread = threading.Thread(target=self._serve, name="torch", daemon=True)
+        self._thread.start()
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """`fn(*args)` on the torch thread, after the calls before it; its result or its error."""
-        return self._pool.submit(fn, *args).result()
+        future: Future = Future()
+        self._calls.put((future, fn, args))
+        return future.result()
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)
+    def close(self, timeout: float | None = None) -> None:
+        """Stop after the calls already made; wait for that at most `timeout` seconds."""
+        self._calls.put(None)
+        self._thread.join(timeout)
+
+    def _serve(self) -> None:
+        while (call := self._calls.get()) is not None:
+            future, fn, args = call
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as err:  # the caller gets it; the thread goes on
+                    future.set_exception(err)
 
 
 @dataclass
@@ -140,9 +159,10 @@ def build_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         stop()  # refuse what is queued; the running batch ends at its next check
+        deadline = time.monotonic() + STOP_SECONDS  # for all of them together
         for model in served.values():
-            await asyncio.to_thread(model.batcher.close, STOP_SECONDS)
-        await asyncio.to_thread(runner.close)
+            await asyncio.to_thread(model.batcher.close, max(0, deadline - time.monotonic()))
+        await asyncio.to_thread(runner.close, max(0, deadline - time.monotonic()))
 
     app = FastAPI(title="seq2seq", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.stop = stop
