@@ -7,21 +7,22 @@ and the search really do, per sentence and model, and refuses one over `Limits.m
 or `Limits.max_memory` (memory) with 413 before it is queued. With S the sentence's source
 subwords (EOS included, cut as the model cuts it), T the longest output the search allows
 (SearchConfig.limits: 1.5 x S + 10, no more than a Transformer's positions nor the server's
-`max_output`), K the beam (1: greedy), n the hypotheses whose matrices are sent back (1, or
-n-best with `"attention": "all"`), V the vocabulary, A the additive scorer's size, N the heads
+`max_output`), K the beam (1: greedy), n the n-best (of which one hypothesis, or all with
+`"attention": "all"`, send their matrices back), V the vocabulary, A the additive scorer's size, N the heads
 of the weights the search keeps (1 for the GRU), H and L the Transformer's width and layers:
 
 - **work**, in nanoseconds of one thread of the CPU the constants were measured on
   (docs/serving.md): T steps, each reading every weight of the model once (PARAM_NS a
-  parameter; the sentences batched together share their longest one's steps); K x T row-steps, each the model's own count of
+  parameter, and LAYER_NS a decoder layer for its many small operations; the sentences batched
+  together share their longest one's steps); K x T row-steps, each the model's own count of
   its forward FLOPs (`flops_per_token`, a third of the training update it reports: layers,
   heads' attention over S and the prefix, the output layer over V) at FLOP_NS, the additive
-  scorer's S x A tanh at TANH_NS, and the softmax and top-k over V and the L x N x (S + T)
-  attention scores at ELEM_NS; KEPT_NS for each attention weight the search keeps and ANSWER_NS
+  scorer's S x A tanh at TANH_NS, and at ELEM_NS the softmax and top-k over V and the
+  Transformer's cached keys and values each row reads (2 L x (S + T / 2) x H); KEPT_NS for each attention weight the search keeps and ANSWER_NS
   for each number the answer holds (rounding and writing them). Teacher-forced reading
   (/api/align): one row of T steps, and the T x V log-probabilities.
 - **memory**, bytes held at once: the weights the search keeps (greedy: each step's (S) row and
-  their stack; beam search: each step's (K, N, S), their stack and the n chosen ones, 2K + n
+  their stack; beam search: each step's (K, N, S), their stack and the n-best traced back, 2K + n
   copies), the Transformer's key and value caches (2 L x K x (T + S) x H, grown by copying),
   the (K, V) logits, and the answer: its matrices as float32 tensors, their rounded doubles and
   their JSON, ANSWER_BYTES a number. Teacher-forced: the (T, V) logits and their log-softmax.
@@ -45,6 +46,7 @@ from seq2seq.serving.requests import Limits, RequestError
 # Nanoseconds of one thread of a 2-core AMD EPYC (AVX-512), fitted to greedy, beam and teacher-forced
 # calls of the shared GRU and a small Transformer on "aA" * 500 (docs/serving.md).
 PARAM_NS = 0.6  # a step reads every weight once
+LAYER_NS = 300_000.0  # a step's small operations, per decoder layer (the GRU's decoder is one)
 FLOP_NS = 0.02  # a forward FLOP as the model counts it
 TANH_NS = 2.5  # one element of the additive scorer's tanh(W_q q + W_k k), (S, A) a row-step
 ELEM_NS = 1.0  # an elementwise operation: softmax, top-k, log-probabilities
@@ -112,7 +114,8 @@ def _rows(model: Seq2Seq, s: Shape, S: int, T: int, rows: int) -> float:
     """Nanoseconds of `rows` output rows of T steps over a source of S (module docstring), the
     steps' reading of the weights left out (`shared_steps`)."""
     flops = float(model.flops_per_token(float(S), float(T))) / 3  # forward, per row-step
-    per_row = FLOP_NS * flops + TANH_NS * S * s.A + ELEM_NS * (2 * s.V + s.L * s.N * (S + T))
+    cached = 2 * s.L * (S + T / 2) * s.H  # the Transformer's keys and values each row reads
+    per_row = FLOP_NS * flops + TANH_NS * S * s.A + ELEM_NS * (2 * s.V + cached)
     return T * rows * per_row
 
 
@@ -120,18 +123,19 @@ def shared_steps(model: Seq2Seq, sizes: list[tuple[int, int]]) -> Cost:
     """Nanoseconds of the steps of sentences of (S, T) subwords, each reading every weight once,
     batched as Translator batches them (BATCH_TOKENS padded tokens a batch, sorted by length):
     the sentences of a batch share its longest one's steps."""
-    P = shape(model).P
+    s = shape(model)
     groups = TokenBudgetBatchSampler([max(S, T) for S, T in sizes], BATCH_TOKENS)
     steps = sum(max(sizes[i][1] for i in group) for group in groups)
-    return Cost(int(PARAM_NS * P * steps), 0)
+    return Cost(int((PARAM_NS * s.P + LAYER_NS * max(s.L, 1)) * steps), 0)
 
 
-def search_cost(model: Seq2Seq, S: int, T: int, beam: int, attended: int) -> Cost:
+def search_cost(model: Seq2Seq, S: int, T: int, beam: int, nbest: int, attended: int) -> Cost:
     """One sentence of S source subwords searched for at most T steps with `beam` rows, the
-    matrices of `attended` hypotheses sent back (module docstring); its steps' reading of the
+    `nbest` hypotheses traced back and the matrices of `attended` of them sent back (module
+    docstring); its steps' reading of the
     weights is `shared_steps`'s."""
     s = shape(model)
-    kept = T * s.N * S * (2 if beam == 1 else 2 * beam + attended)  # weights the search holds
+    kept = T * s.N * S * (2 if beam == 1 else 2 * beam + nbest)  # weights the search holds
     answer = attended * T * S  # (T, S) numbers per matrix sent back; word ones are smaller
     caches = 2 * 2 * s.L * beam * (T + S) * s.H  # keys and values, and their copy as one grows
     memory = FLOAT * (kept + caches + beam * s.V) + ANSWER_BYTES * answer
@@ -159,7 +163,7 @@ def translate_costs(
         sizes = [(S, output_limit(translator, search, S)) for S in subwords(translator, sentences)]
         total = shared_steps(translator.model, sizes)
         for S, T in sizes:
-            total += search_cost(translator.model, S, T, search.beam, attended)
+            total += search_cost(translator.model, S, T, search.beam, search.nbest, attended)
         costs.append(total)
     return costs
 
