@@ -19,9 +19,10 @@ from torch import Tensor
 
 from seq2seq import __version__
 from seq2seq.alignment.stats import means, recorded_scores, row_sums, stacked_scores
-from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.data.tokenizer import EOS, UNK, Tokenizer
 from seq2seq.decoding.search import SearchConfig, translate_batch
 from seq2seq.models.interface import Seq2Seq
+from seq2seq.models.kernels import accelerate
 from seq2seq.training.losses import alignment_loss, batch_loss
 from seq2seq.training.metrics import corpus_bleu, perplexity
 
@@ -38,6 +39,22 @@ def lr_factor(step: int, schedule: str, warmup: int, total: int, floor: float) -
         return max(math.sqrt(max(warmup, 1) / (step + 1)), floor)
     progress = min((step - warmup) / max(total - warmup, 1), 1.0)
     return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def word_dropout(batch: dict[str, Tensor], p: float) -> dict[str, Tensor]:
+    """The batch with each real subword of `src` and `tgt_in` replaced by UNK with probability `p`.
+
+    Word dropout (Sennrich et al. 2016, "Edinburgh Neural Machine Translation Systems for WMT 16"; Gal
+    and Ghahramani 2016): the model learns not to lean on any one input word. Padding, BOS and EOS stay,
+    and so do the targets the loss reads (`tgt_out`). The draws come from torch's generator, which
+    `--seed` fixes.
+    """
+    out = dict(batch)
+    for key in ("src", "tgt_in"):
+        ids = batch[key]  # (B, L)
+        drop = (ids > EOS) & (torch.rand(ids.shape, device=ids.device) < p)  # (B, L)
+        out[key] = ids.masked_fill(drop, UNK)
+    return out
 
 
 def adam(params: Any, lr: float) -> torch.optim.Adam:
@@ -59,7 +76,10 @@ class TranslationSystem(L.LightningModule):
         label_smoothing: eps of the smoothed cross-entropy.
         clip_norm: gradient-norm clipping (0: off; the norm is logged either way).
         val_beam: beam size of validation BLEU (1: greedy).
-        compile: run the GRU decoder's loops compiled (seq2seq.models.fast.CompiledRNN).
+        val_length_penalty: alpha of the GNMT length penalty of that beam search.
+        word_dropout: probability that a training batch's source or target-input subword is read as
+            <unk> (`word_dropout`); 0 leaves batches as they are.
+        compile: run the GRU decoder's loops compiled (seq2seq.models.kernels.compiled).
         corpus: what the model trains on (dataset, data_dir, src, tgt), kept in checkpoints so that
             `evaluate.py --split` finds the same corpus.
         guided_alignment_weight, guided_alignment_cost: the weight and cost ("ce", "mse") of the
@@ -77,6 +97,8 @@ class TranslationSystem(L.LightningModule):
         label_smoothing: float = 0.1,
         clip_norm: float = 1.0,
         val_beam: int = 1,
+        val_length_penalty: float = 1.0,
+        word_dropout: float = 0.0,
         corpus: dict[str, Any] | None = None,
         compile: bool = False,
         guided_alignment_weight: float = 0.0,
@@ -85,16 +107,12 @@ class TranslationSystem(L.LightningModule):
         super().__init__()
         self.save_hyperparameters(ignore=["model", "tokenizer"])
         self.model, self.tokenizer = model, tokenizer
-        # Compiled decoder loops (seq2seq.models.fast) for the loss and validation search. A plain object, not
-        # a submodule: the weights, the checkpoint and the heatmaps' CPU copy stay the model's.
-        self.fast = None
-        if compile:
-            from seq2seq.models.fast import (
-                CompiledRNN,  # imports torch's compiler: only when asked for
-            )
-
-            self.fast = CompiledRNN(model)
-        self.val_search = SearchConfig(beam=val_beam)
+        # The model's kernels plugged in, in place (seq2seq.models.kernels); with `compile`, its
+        # decoder loops compiled for the loss and validation search too. A plain object, not a
+        # submodule: the weights, the checkpoint and the heatmaps' CPU copy stay the model's.
+        runner = accelerate(model, compile=compile)
+        self.compiled = runner if compile else None
+        self.val_search = SearchConfig(beam=val_beam, length_penalty=val_length_penalty)
         self._val_outputs: list[tuple[int, str]] = []
         self._val_sums = torch.zeros(6, dtype=torch.float64)  # nll, tokens, then `row_sums`
         self._val_scored = True
@@ -104,15 +122,17 @@ class TranslationSystem(L.LightningModule):
 
     def forward(self, batch: dict[str, Tensor]) -> list[str]:
         """Inference: translations of a batch (beam `val_beam`), detokenized, in batch order."""
-        hyps = translate_batch(self.fast or self.model, batch, self.val_search)
+        hyps = translate_batch(self.compiled or self.model, batch, self.val_search)
         return [self.tokenizer.decode(ids) for ids in hyps.tokens]
 
     def _shared_step(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        return batch_loss(self.fast or self.model, batch, self.hparams.label_smoothing)
+        return batch_loss(self.compiled or self.model, batch, self.hparams.label_smoothing)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         """The batch's loss SUM (plus weight x the guided-alignment sum when the batch has links);
         `on_before_optimizer_step` divides the update by its tokens."""
+        if self.hparams.word_dropout > 0:
+            batch = word_dropout(batch, self.hparams.word_dropout)
         loss_sum, nll_sum, tokens, weights = self._shared_step(batch)
         align_sum = loss_sum.new_zeros(())
         if "align_ref" in batch:  # the attention guided alignment trains: seq2seq.data.links
@@ -174,7 +194,7 @@ class TranslationSystem(L.LightningModule):
             [torch.stack([nll_sum.double(), tokens.double()]).detach().cpu(), rows]
         )
         # The same search code as evaluate.py, so validation BLEU is the BLEU a user will measure.
-        hyps = translate_batch(self.fast or self.model, batch, self.val_search)
+        hyps = translate_batch(self.compiled or self.model, batch, self.val_search)
         for index, ids in zip(batch["index"].tolist(), hyps.tokens, strict=True):
             self._val_outputs.append((index, self.tokenizer.decode(ids)))
 
