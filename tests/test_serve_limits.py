@@ -125,7 +125,8 @@ def test_only_the_best_hypothesis_carries_attention_unless_all_are_asked_for(
 
 
 def test_attention_of_all_hypotheses_counts_against_the_budget(loaded: Translator) -> None:
-    sentences, search = SENTENCES[:2], ServedSearch(beam=4, nbest=4, max_output=200)
+    # long enough that the three more matrices of each sentence cost more than a whole ms
+    sentences, search = [LONG[:300]] * 2, ServedSearch(beam=4, nbest=4, max_output=200)
     [best] = translate_costs([loaded], sentences, search, attended=1)
     [every] = translate_costs([loaded], sentences, search, attended=4)
     assert every.work > best.work and every.memory > best.memory
