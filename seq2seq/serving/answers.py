@@ -14,8 +14,8 @@ dumped: json.dumps in C holds the GIL until it returns, so one call on the whole
 stall the loop as surely as running it there, while a row is a few hundred numbers. After each
 row the writer hands the GIL to whichever thread waits for it (`time.sleep(0)`): left to the
 interpreter's switch interval, every one of the many GIL hand-offs of a small request's decoding
-would wait up to 5 ms behind the writer. After a large batch or answer, `release_memory` hands
-the allocator's freed pages back to the system (glibc keeps them otherwise).
+would wait up to 5 ms behind the writer. After an answer of over a megabyte, the server calls
+`release_memory`, which hands the allocator's freed pages back to the system (glibc keeps them).
 """
 
 import ctypes
