@@ -193,8 +193,13 @@ def remove_orphans(target: Path, log: Callable[[str], None]) -> None:
     other machines (whose liveness cannot be seen from here)."""
     prefix, mine = f".{target.name}.", temporary_name(target)
     for path in target.parent.glob(f"{prefix}*"):
+        rest = path.name[len(prefix) :].removesuffix(".tmp")
         # An owner's tag; none in the random names of earlier versions, whose builders are gone.
-        owner = Owner.from_tag(path.name[len(prefix) :].removesuffix(".tmp"))
+        owner = Owner.from_tag(rest)
+        if owner is None and "." in rest:
+            # Not a temporary of `target` but of a file named after it: the checksum's
+            # `.<model>.sha256.<random>.tmp`, which a live builder may be renaming this moment.
+            continue
         if path == mine or (owner is not None and owner.alive() is not False):
             continue
         if path.is_dir():
