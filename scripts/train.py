@@ -104,7 +104,6 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
     import lightning as L
     from lightning.pytorch.callbacks import EarlyStopping
     from lightning.pytorch.loggers import TensorBoardLogger
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from seq2seq.data.datamodule import TranslationDataModule, check_same_corpus, check_same_order
     from seq2seq.data.prepare import prepare
@@ -154,8 +153,8 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
         folder.save_dir, name=folder.name, version=folder.version, default_hp_metric=False
     )
     ckpt_dir = os.path.join(logger.log_dir, "checkpoints")
-    # Installed now, so a stop asked for while the data is prepared is not lost, and Lightning's
-    # SLURM handler (which writes hpc_ckpt files --resume never reads) finds the signal taken.
+    # Installed now, so a stop asked for while the data is prepared is not lost; it holds the signals
+    # until this function ends (Lightning registers none of its own: seq2seq.training.stops).
     stop = PoliteStop(ckpt_dir, cfg.stop_signal, cfg.max_minutes, started)
     stop.install()
     try:
@@ -233,8 +232,6 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
             raise stopped
         try:
             trainer.fit(system, datamodule=dm, ckpt_path=ckpt_path)
-        except SIGTERMException:  # Lightning's handler, in the moment before PoliteStop takes over
-            raise Stopped("stopped by SIGTERM", None, None) from None
         finally:
             # Lightning leaves its progress bars open when fit raises (a diverged run, a crash): close
             # them, or their last state is printed at interpreter exit, after our one-line error.
