@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from sacrebleu.metrics import BLEU
 
+from seq2seq.atomic import atomic_write_text
 from seq2seq.cli import cli_message
 from seq2seq.decoding.flags import decoding_parser, pick_device, search_config
 from seq2seq.errors import UserError
@@ -215,9 +216,13 @@ def default_out(args: argparse.Namespace) -> Path:
 
 
 def write_lines(lines: list[str], path: str | Path, flag: str = "--out") -> Path:
-    path = Path(path)
+    """Write `lines` to `path` whole or not at all: a killed evaluation leaves the old file or none."""
+    path, text = Path(path), "".join(line + "\n" for line in lines)
     try:
-        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        if path.exists() and not path.is_file():  # /dev/null, /dev/stdout, a pipe: never replaced
+            path.write_text(text, encoding="utf-8")
+        else:
+            atomic_write_text(path, text)
     except OSError as err:
         raise UserError(f"{flag} {path}: cannot write ({err.strerror})") from None
     return path

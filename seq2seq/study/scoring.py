@@ -8,22 +8,22 @@
 3. From the run's own TensorBoard events: its wall time, updates and mean training tokens/s.
 
 The result goes to `<study>/runs/<run>/result.json` (written last, whole: its presence means done),
-beside the hypotheses it was scored on.
+beside the hypotheses it was scored on. The scripts it runs are children that die with it
+(seq2seq.study.process.run_child), and evaluate.py writes its `--out` and `--json` files whole.
 """
 
 import json
-import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from seq2seq.atomic import atomic_write_text
+from seq2seq.atomic import atomic_write_bytes, atomic_write_text
 from seq2seq.errors import UserError
 from seq2seq.machine import REPO, provenance
 from seq2seq.study.events import trained_precision, training_figures
 from seq2seq.study.layout import Study
+from seq2seq.study.process import run_child
 from seq2seq.study.spec import Run, StudySpec
 
 EVALUATE = REPO / "scripts" / "evaluate.py"
@@ -50,7 +50,7 @@ def evaluate(checkpoint: Path, split: str, beam: int, out: Path, *extra: str) ->
         report = Path(tmp) / "result.json"
         command = [sys.executable, str(EVALUATE), str(checkpoint), "--split", split,
                    "--beam", str(beam), "--out", str(out), "--json", str(report), *extra]  # fmt: skip
-        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+        done = run_child(command, cwd=REPO)  # dies with this process, as train.py does
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
             raise UserError(f"evaluate.py {checkpoint} --split {split}: {last}")
@@ -75,7 +75,10 @@ def choose_checkpoint(study: Study, spec: StudySpec, run: Run) -> dict[str, Any]
         if not average.is_file():
             command = [sys.executable, str(AVERAGE), *(str(path) for path, _ in best),
                        "--out", str(average)]  # fmt: skip
-            subprocess.run(command, cwd=REPO, check=True, capture_output=True)
+            done = run_child(command, cwd=REPO)
+            if done.returncode != 0:
+                last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+                raise UserError(f"average_checkpoints.py into {average}: {last}")
         candidates[f"average of {len(best)} best"] = average
     val = {
         name: evaluate(path, "val", spec.beam, scratch / f"{path.stem}.val.hyp")["bleu"]
@@ -134,6 +137,6 @@ def score_run(study: Study, spec: StudySpec, run: Run) -> dict[str, Any]:
         ],
         "scored": provenance(),
     }
-    shutil.copyfile(hyp, out / f"{spec.split}.hyp")
+    atomic_write_bytes(out / f"{spec.split}.hyp", hyp.read_bytes())
     atomic_write_text(study.result_path(run), json.dumps(result, indent=2) + "\n")
     return result
