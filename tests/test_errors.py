@@ -349,6 +349,15 @@ def cut_shard(cache: Path) -> dict[str, str]:
     return {"<folder>": str(folder), "<cut>": f"{size // 2:,}", "<size>": f"{size:,}"}
 
 
+def overwrite_shard(cache: Path) -> dict[str, str]:
+    [folder] = (cache / "encoded").glob("*-train-*")
+    shard = folder / "shard-00000.arrow"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 64] = b"\xff" * 64  # the same size, other bytes
+    shard.write_bytes(bytes(data))
+    return {"<folder>": str(folder)}
+
+
 def empty_meta(cache: Path) -> dict[str, str]:
     [folder] = (cache / "encoded").glob("*-val-*")
     (folder / "meta.json").write_text("")
@@ -386,7 +395,8 @@ def foreign_lock(tmp: Path, request: pytest.FixtureRequest) -> dict[str, str]:
 FAULTS: dict[str, Setup] = {
     "SIGTERM during training": signal_during_update(signal.SIGTERM),
     "the stop signal": signal_during_update(signal.SIGUSR1),
-    "the time budget spent": flags_only,
+    "the time budget spent in training": cached(lambda cache: {}),  # the data ready at once
+    "the time budget spent in preparation": flags_only,  # a cold cache
     "a stop before training begins": signal_while_reading,
     "a full disk at a checkpoint": full_disk(os, "fsync", cache_first=True),
     "a full disk at the tokenizer": full_disk(os, "fsync"),
@@ -394,6 +404,7 @@ FAULTS: dict[str, Setup] = {
     "a shard cut short": cached(cut_shard),
     "an empty `meta.json`": cached(empty_meta),
     "a damaged tokenizer": cached(cut_tokenizer),
+    "a shard overwritten in place": cached(overwrite_shard),
     "a file system without locks": no_locks,
     "another user's lock file": foreign_lock,
 }

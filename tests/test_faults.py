@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -371,3 +372,35 @@ def test_torchrun_with_one_rank_killed_ends_and_resumes_to_its_last_step(
                              capture_output=True, text=True, timeout=180)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert torch.load(ckpts / "last.ckpt", weights_only=False)["global_step"] == 40
+
+
+@pytest.mark.slow
+def test_a_shard_overwritten_in_place_is_one_line_naming_it_and_rebuilt_when_deleted(
+    tiny_corpus: Path, tmp_path: Path
+) -> None:
+    from tests.conftest import tiny_train_args
+
+    args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--max-steps", "2")
+    train = [sys.executable, str(TRAIN), *args]
+    first = subprocess.run(train, cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                           timeout=300)  # fmt: skip
+    assert first.returncode == 0, first.stderr[-2000:]
+    (split,) = (tmp_path / "data" / "cache" / "encoded").glob("*-train-*")
+    shard = split / "shard-00000.arrow"
+    data = bytearray(shard.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 64] = b"\xff" * 64  # a block gone bad: the same size, other bytes
+    shard.write_bytes(bytes(data))
+    again = subprocess.run([*train, "--run-name", "again"], cwd=tmp_path, env=_env(),
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert again.returncode == 2, again.stderr[-2000:]
+    assert again.stderr.strip().splitlines()[-1] == (
+        f"error: {split.relative_to(tmp_path)}: damaged (shard-00000.arrow does not match its "
+        "SHA-256 in meta.json); "
+        "delete it to rebuild it"
+    )
+    shutil.rmtree(split)  # as the message says
+    rebuilt = subprocess.run([*train, "--run-name", "rebuilt"], cwd=tmp_path, env=_env(),
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
+    assert shard.read_bytes() != bytes(data)
