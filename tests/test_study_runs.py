@@ -232,3 +232,61 @@ def test_without_posix_locks_a_run_s_lock_is_a_lock_file_and_a_dead_holder_s_is_
         pass
     assert said == [f"waiting for pid {dead.pid} on node-b (lock file {held.name})"]
     assert held.read_text().strip() == Owner("node-b", dead.pid, 1).tag
+
+
+def test_a_sitting_whose_time_is_spent_neither_trains_nor_scores(tmp_path, capsys):
+    from tests.conftest import load_script
+
+    study_script = load_script("study")
+    study, run = Study(tmp_path / "study", tmp_path / "work"), Run("a", 1)
+    spent = process.Budget(0.001, started=time.monotonic() - 1)  # 0.06 s, a second ago
+    children: list[subprocess.Popen] = []
+    # A new run: no train.py is started (the lock wait took the sitting's time).
+    assert study_script.train_and_score(study, None, run, 1, spent, children, []) == 4
+    assert children == [] and sittings(study.work_dir, "a-seed1") == []
+    assert capsys.readouterr().err == (
+        "a-seed1: --max-minutes 0.001 spent before training began; start it again to continue\n"
+    )
+    # A trained run: its scoring waits for the next start.
+    study.run_dir(run).mkdir(parents=True)
+    study.trained_marker(run).write_text("{}\n")
+    assert study_script.train_and_score(study, None, run, 1, spent, children, []) == 4
+    assert children == [] and study.state(run) == "trained"
+    assert capsys.readouterr().err == (
+        "a-seed1: --max-minutes 0.001 spent: trained, scored at the next start\n"
+    )
+    assert process.Budget(None).left() is None and not process.Budget(None).spent()
+
+
+CHILD_OF_A_KILLED_PARENT = """
+import sys
+from seq2seq.study import process
+# The parent runs a child as scoring runs evaluate.py; the child writes its pid and sleeps.
+process.run_child([sys.executable, "-c",
+                   "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); "
+                   "time.sleep(120)", sys.argv[1]])
+"""
+
+
+def test_a_scoring_child_dies_with_its_killed_parent(tmp_path):
+    pid_file = tmp_path / "child.pid"
+
+    def gone() -> bool:
+        try:
+            state = Path(f"/proc/{pid_file.read_text()}/stat").read_text()
+        except OSError:
+            return True
+        return state.rsplit(")", 1)[1].split()[0] == "Z"  # dead, not yet reaped by its new parent
+
+    parent = subprocess.Popen([sys.executable, "-c", CHILD_OF_A_KILLED_PARENT, str(pid_file)],
+                              env={**ENV, "PYTHONPATH": str(REPO)})  # fmt: skip
+    try:
+        wait_until(lambda: pid_file.exists() and pid_file.read_text(), "no child started", 60)
+        parent.kill()  # kill -9 of `study.py score`: no handler runs
+        parent.wait(10)
+        wait_until(gone, "the child outlived its killed parent", 10)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        if pid_file.exists() and pid_file.read_text() and not gone():
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)  # a failed check leaves no sleeper
