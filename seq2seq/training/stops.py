@@ -85,6 +85,7 @@ class PoliteStop(Callback):
         self.requested: str | None = None  # the reason to stop, set by a handler or the budget
         self._handlers = contextlib.ExitStack()  # the handlers from before `install`, restored
         self._installed = False
+        self._restore_at_teardown = False
         self._step: int | None = None
         self._saved = False  # this sitting has written a checkpoint (MARKER is then out of date)
         self._agreed_batches = 0  # validation batches every rank has (DDP)
@@ -120,7 +121,15 @@ class PoliteStop(Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         # Called before Lightning registers its handlers: it finds a connector that registers none.
         trainer._signal_connector = _Unregistered(trainer)
-        self.install()  # already done by train.py, before the data was prepared
+        # train.py installs before the data is prepared, and restores when it ends.
+        if not self._installed:
+            self.install()
+            self._restore_at_teardown = True  # a caller that did not: the handlers go with fit
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self._restore_at_teardown:
+            self.restore()
+            self._restore_at_teardown = False
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._step = trainer.global_step
