@@ -181,7 +181,7 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
         L.seed_everything(cfg.seed, workers=True, verbose=False)
         dm = TranslationDataModule(cfg)
         try:  # a stop ends the preparation between chunks, or the wait for another builder's lock
-            prepare(cfg, dm.test_split, stop=stop.pending)
+            prepare(cfg, dm.test_split, stop=stop.pending, budget=stop.spent)
         except Stopped as stopped:
             if trainer.is_global_zero:
                 stop.mark(stopped, resumed_step)  # a resumed run is still stopped at its checkpoint

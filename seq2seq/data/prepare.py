@@ -108,11 +108,15 @@ def prepare(
     test_split: str | None = None,
     chunk_size: int = CHUNK_PAIRS,
     stop: Callable[[], str | None] | None = None,
+    budget: Callable[[], str | None] | None = None,
 ) -> Prepared:
     """Make sure the cache of `cfg`'s data settings is complete and return it (`built`: by this
     call); safe to call from every process at once. `test_split`: the split `test` names;
     `chunk_size`: pairs read, encoded and written at a time; `stop`: the reason to stop politely,
-    or None to go on, asked between chunks and while waiting for the lock (raises `Stopped`)."""
+    or None to go on, asked between chunks and while waiting for the lock (raises `Stopped`);
+    `budget`: the same for a time budget, asked between chunks only, so that under DDP a rank
+    whose own clock runs out while another rank builds never leaves that one waiting for it (the
+    builder stops by its budget; each waiter then takes the lock and stops at its first chunk)."""
     source = resolve_corpus(cfg.dataset, cfg.data_dir)
     names = split_names(source, test_split)
     key = _cache_key(cfg, source, names["train"])
@@ -130,7 +134,8 @@ def prepare(
             ready = None
         if ready is not None:
             return ready
-        tokenizer = _tokenizer(cfg, source, names["train"], key, chunk_size, stop)
+        building = _first_reason(stop, budget)
+        tokenizer = _tokenizer(cfg, source, names["train"], key, chunk_size, building)
         for role, split in names.items():
             path = _split_path(cfg, source, split, tokenizer)
             workers = (cfg.prepare_workers or _cores()) if role == "train" else 1
@@ -140,12 +145,22 @@ def prepare(
                     continue
                 except DamagedSplit:
                     shutil.rmtree(path)
-            _encode_split(cfg, source, split, tokenizer, path, (workers, chunk_size), stop)
+            _encode_split(cfg, source, split, tokenizer, path, (workers, chunk_size), building)
     ready = _complete(cfg, source, names, key)
     if ready is None:  # cannot happen with a working lock; say so rather than fail obscurely
         raise UserError(f"`cache_dir` {cfg.cache_dir}: the cache changed while it was being built")
     ready.built = True  # complete now: this process built it
     return ready
+
+
+def _first_reason(*asks: Callable[[], str | None] | None) -> Callable[[], str | None]:
+    """One question for several: the first reason any of `asks` gives (None: go on)."""
+
+    def ask() -> str | None:
+        reasons = (ask() for ask in asks if ask is not None)
+        return next((reason for reason in reasons if reason is not None), None)
+
+    return ask
 
 
 def cache_lock(cfg: DataSettings) -> Path:

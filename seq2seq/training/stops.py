@@ -21,8 +21,8 @@ only notes the signal, and the run acts on it at the next of these moments:
   "restarted mid-evaluation" path) before it trains on. A pass ended halfway would give a BLEU of
   part of the split, and the best-checkpoint tracking would compare it with whole ones.
 - the data being prepared: seq2seq.data.prepare asks `pending` between chunks and while it waits for
-  another process's lock (train.py passes it in). `--max-minutes` counts there too: the tokenizer and
-  the cache are built inside the budget. Once the data is ready a sitting trains at least one update
+  another process's lock, and `spent` between chunks (train.py passes both in): the tokenizer and
+  the cache are built inside `--max-minutes` too. Once the data is ready a sitting trains at least one update
   before its budget is looked at, so a chain of sittings always moves on.
 
 A signal that comes after `install` but before training starts (while Lightning sets up, inside
@@ -102,7 +102,13 @@ class PoliteStop(Callback):
         self._installed = False
 
     def pending(self) -> str | None:
-        """The reason to stop, when a stop signal has come or the budget is spent; None otherwise."""
+        """The reason to stop, when a stop signal has come (or the budget was found spent); None
+        otherwise."""
+        return self.requested
+
+    def spent(self) -> str | None:
+        """The reason to stop once `budget_minutes` have passed (or a signal came); None otherwise.
+        Preparation asks it between chunks: the tokenizer and the cache are built inside the budget."""
         self._check_budget()
         return self.requested
 
