@@ -96,7 +96,8 @@ def start(
 ) -> subprocess.Popen:
     """A child that is killed when this process dies (Linux), so no run trains on unlocked; it is
     appended to `children` (the list a `forwarding` block passes stops on to) before any stop that
-    came while it was being started is handled, so such a stop reaches it too."""
+    came while it was being started is handled, so such a stop reaches it too. (The stop signals
+    are blocked meanwhile; in a process of one thread, as study.py's are, that holds them back.)"""
     with held(STOPS):
         child = subprocess.Popen(
             command, preexec_fn=functools.partial(_starting, os.getpid()), **kwargs

@@ -60,6 +60,15 @@ def evaluate(checkpoint: Path, split: str, beam: int, out: Path, *extra: str) ->
         return json.loads(report.read_text("utf-8"))
 
 
+def _average(paths: list[Path], out: Path) -> None:
+    """`scripts/average_checkpoints.py` of `paths` into `out` (written whole, by that script)."""
+    command = [sys.executable, str(AVERAGE), *map(str, paths), "--out", str(out)]
+    done = run_child(command, cwd=REPO)  # dies with this process, as train.py does
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise UserError(f"average_checkpoints.py into {out}: {said}")
+
+
 def choose_checkpoint(study: Study, spec: StudySpec, run: Run) -> dict[str, Any]:
     """The README's rule: best single, average of the kept best or (with `--keep-last`) average of
     the latest, whichever has the highest beam BLEU on validation."""
@@ -77,20 +86,13 @@ def choose_checkpoint(study: Study, spec: StudySpec, run: Run) -> dict[str, Any]
     if len(best) >= 2:
         average = scratch / "average.ckpt"
         if not average.is_file():
-            command = [sys.executable, str(AVERAGE), *(str(path) for path, _ in best),
-                       "--out", str(average)]  # fmt: skip
-            done = run_child(command, cwd=REPO)
-            if done.returncode != 0:
-                last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-                raise UserError(f"average_checkpoints.py into {average}: {last}")
+            _average([path for path, _ in best], average)
         candidates[f"average of {len(best)} best"] = average
     recent = best_checkpoints(folder, last, monitor="step")
     if len(recent) >= 2:
         latest = scratch / "average-last.ckpt"
         if not latest.is_file():
-            command = [sys.executable, str(AVERAGE), *(str(path) for path, _ in recent),
-                       "--out", str(latest)]  # fmt: skip
-            subprocess.run(command, cwd=REPO, check=True, capture_output=True)
+            _average([path for path, _ in recent], latest)
         candidates[f"average of {len(recent)} last"] = latest
     val = {
         name: evaluate(path, "val", spec.beam, scratch / f"{path.stem}.val.hyp")["bleu"]
