@@ -1,6 +1,6 @@
-"""What README.md and docs/*.md point at exists: every relative link (and its #anchor, when it points
+"""What README.md and the pages under docs/ point at exists: every relative link (and its #anchor, when it points
 into one of our Markdown files), every repository path they name in code, and a row in
-docs/layout.md for every module and script. A study command they give for a committed study is the
+docs/guides/layout.md for every module and script. A study command they give for a committed study is the
 one its study.json holds, so it continues that study instead of being refused."""
 
 import re
@@ -13,7 +13,9 @@ import pytest
 from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# The README, the guides and the write-ups of results (a study folder's report.md is the report's
+# own output, not a page written by hand).
+PAGES = [ROOT / "README.md", *sorted(ROOT.glob("docs/*.md")), *sorted(ROOT.glob("docs/[gr]*/*.md"))]
 
 # A code token is taken for a path of this repository when it starts with one of its top-level
 # folders. Paths outside them (lightning_logs/..., runs/..., ../shared/..., /data/wmt14) are
@@ -121,10 +123,10 @@ def tracked(*patterns: str) -> set[str]:
 
 
 def test_layout_names_every_module_and_script() -> None:
-    """docs/layout.md's first column names each file; a bare name is in the folder of the path
+    """docs/guides/layout.md's first column names each file; a bare name is in the folder of the path
     before it in the same cell (`seq2seq/decoding/search.py`, `beam.py`)."""
     named = set()
-    for line in (ROOT / "docs" / "layout.md").read_text("utf-8").splitlines():
+    for line in (ROOT / "docs" / "guides" / "layout.md").read_text("utf-8").splitlines():
         if not line.startswith("| `"):
             continue
         folder = ""
@@ -134,8 +136,8 @@ def test_layout_names_every_module_and_script() -> None:
                 named.add(name)
             else:
                 named.add(folder + name)
-    files = tracked("seq2seq/*.py", "scripts/*.py", "docs/analysis/*.py")
-    assert sorted(files - named) == [], "modules and scripts docs/layout.md does not name"
+    files = tracked("seq2seq/*.py", "scripts/*.py", "docs/tools/*.py")
+    assert sorted(files - named) == [], "modules and scripts docs/guides/layout.md does not name"
     assert sorted(n for n in named - files if n.endswith(".py")) == [], "named, but not here"
 
 
@@ -183,3 +185,16 @@ def test_a_study_command_for_a_committed_study_gives_its_spec(
     out, err = capsys.readouterr()
     assert code == 0, f"{page.name}: {command!r} is refused: {err.strip()}"
     assert out == "", f"{page.name}: runs of the committed study are not all done"
+
+
+def test_pages_the_code_names_exist() -> None:
+    """A page, program or figure under docs/ that a module, script, test or pyproject.toml names is
+    there (a page moved into docs/guides/ or docs/results/ leaves no comment pointing at nothing).
+    Other files are left alone: a test may name one it makes (docs/study/x.align)."""
+    named = {
+        (str(source.relative_to(ROOT)), path)
+        for source in [ROOT / "pyproject.toml", *sorted(ROOT.glob("[st]*/**/*.py"))]
+        for path in re.findall(r"(?<![\w/.-])docs/[\w./-]*\.(?:md|py|png)\b", source.read_text("utf-8"))
+    }
+    missing = sorted(f"{source}: {path}" for source, path in named if not any(ROOT.glob(path)))
+    assert not missing, f"paths under docs/ that are not in the repository: {missing}"

@@ -6,7 +6,7 @@ Markdown table; with `--png`, draws the first two over updates, one line per run
 variant (the run's name before `-seed`). By default train.py validates once an epoch, so validation k
 is the end of epoch k. The curves in docs/study.md were printed and drawn by
 
-    python docs/analysis/score_curves.py /root/study-work/runs/{additive,dot,scaled}-seed2 \
+    python docs/tools/score_curves.py /root/study-work/runs/{additive,dot,scaled}-seed2 \
         --at 1 2 5 10 20 --png docs/figures/score-curves.png
 """
 

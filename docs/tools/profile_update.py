@@ -1,6 +1,6 @@
 """Where a training update's time goes, per op and per input shape: torch.profiler over benchmark paths.
 
-    python docs/analysis/profile_update.py [--paths fast bf16] [--updates N] [--rows N] [train.py flags]
+    python docs/tools/profile_update.py [--paths fast bf16] [--updates N] [--rows N] [train.py flags]
 
 Builds the data and the model as `scripts/benchmark.py` does (its `fast` path unless `--paths` names
 others: the loss training runs, forward, backward, clipping and Adam), warms up, then profiles

@@ -7,7 +7,7 @@ piece, and prints how often each group's best source word (`tgt2src`) is a gold 
 `tgt2src` reading would have if it were right on every linked word of the first group (and the first
 word of each sentence), the rest unchanged. The output of docs/alignments.md was printed by
 
-    python docs/analysis/previous_word.py CKPT data/silver/test_2016_flickr.de-en.align \
+    python docs/tools/previous_word.py CKPT data/silver/test_2016_flickr.de-en.align \
         ../shared/data/multi30k/test_2016_flickr.de.gz ../shared/data/multi30k/test_2016_flickr.en.gz
 """
 
