@@ -194,7 +194,9 @@ def test_pages_the_code_names_exist() -> None:
     named = {
         (str(source.relative_to(ROOT)), path)
         for source in [ROOT / "pyproject.toml", *sorted(ROOT.glob("[st]*/**/*.py"))]
-        for path in re.findall(r"(?<![\w/.-])docs/[\w./-]*\.(?:md|py|png)\b", source.read_text("utf-8"))
+        for path in re.findall(
+            r"(?<![\w/.-])docs/[\w./-]*\.(?:md|py|png)\b", source.read_text("utf-8")
+        )
     }
     missing = sorted(f"{source}: {path}" for source, path in named if not any(ROOT.glob(path)))
     assert not missing, f"paths under docs/ that are not in the repository: {missing}"

@@ -53,7 +53,9 @@ def doc_rows(column: str | None = None) -> dict[str, dict[str, str]]:
             header = cells
         elif not set(line) <= set("|-: ") and header[0] == "case" and column in (None, *header):
             row = dict(zip(header, cells, strict=True))
-            assert row["case"] not in rows, f"two rows of docs/guides/errors.md read {row['case']!r}"
+            assert row["case"] not in rows, (
+                f"two rows of docs/guides/errors.md read {row['case']!r}"
+            )
             rows[row["case"]] = row
     return rows
 
@@ -402,7 +404,9 @@ FAULTS: dict[str, Setup] = {
 def test_every_row_of_the_doc_has_a_case() -> None:
     rows, cases = doc_rows().keys(), [*REFUSALS, *LOG_LINES, *WARNINGS, *FAULTS]
     assert sorted(rows - set(cases)) == [], "rows of docs/guides/errors.md with no case here"
-    assert sorted(set(cases) - rows) == [], "cases here whose row is gone from docs/guides/errors.md"
+    assert sorted(set(cases) - rows) == [], (
+        "cases here whose row is gone from docs/guides/errors.md"
+    )
 
 
 def snapshot(folder: Path) -> list[tuple[str, int]]:
