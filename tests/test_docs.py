@@ -3,6 +3,7 @@ into one of our Markdown files), every repository path they name in code, and a 
 docs/guides/layout.md for every module and script. A study command they give for a committed study is the
 one its study.json holds, so it continues that study instead of being refused."""
 
+import json
 import re
 import shlex
 import subprocess
@@ -200,3 +201,28 @@ def test_pages_the_code_names_exist() -> None:
     }
     missing = sorted(f"{source}: {path}" for source, path in named if not any(ROOT.glob(path)))
     assert not missing, f"paths under docs/ that are not in the repository: {missing}"
+
+
+STUDIES = sorted(path.parent for path in ROOT.glob("docs/study*/study.json"))
+
+
+@pytest.mark.parametrize("folder", STUDIES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_committed_report_has_every_figure_the_report_gives(folder: Path) -> None:
+    """A report built before a figure joined the report (`BLEU lowercased`) is stale: its
+    report.json summarises every figure of `FIGURES` for every variant, and its report.md's
+    per-variant table has a column for each (`python scripts/study.py report DIR` rebuilds both)."""
+    from seq2seq.study.report import FIGURES
+
+    report = json.loads((folder / "report.json").read_text("utf-8"))
+    missing = {
+        variant: [key for key, _, _ in FIGURES if key not in figures]
+        for variant, figures in report["variants"].items()
+    }
+    assert all(not keys for keys in missing.values()), f"report.json lacks {missing}"
+    header = next(
+        line
+        for line in (folder / "report.md").read_text("utf-8").splitlines()
+        if line.startswith("| variant | seeds |")
+    )
+    columns = [cell.strip() for cell in header.strip("|").split("|")]
+    assert columns[2:] == [title for _, title, _ in FIGURES], f"{folder.name}/report.md is stale"
