@@ -226,3 +226,39 @@ def test_a_committed_report_has_every_figure_the_report_gives(folder: Path) -> N
     )
     columns = [cell.strip() for cell in header.strip("|").split("|")]
     assert columns[2:] == [title for _, title, _ in FIGURES], f"{folder.name}/report.md is stale"
+
+
+def test_layout_names_the_basics_the_contract_holds() -> None:
+    """docs/guides/layout.md names every top-level module as a basic, twice (the layers' sketch and
+    the contract "The basics import no sub-package"), and the contract in pyproject.toml covers them."""
+    import tomllib
+
+    basics = {p.stem for p in (ROOT / "seq2seq").glob("*.py")} - {"__init__"}
+    page = " ".join((ROOT / "docs" / "guides" / "layout.md").read_text("utf-8").split())
+    sketch = re.search(r"basics \(top level\) ([\w, ]+)", page)[1]
+    assert set(sketch.replace(",", " ").split()) == basics, "the layers' sketch"
+    contract = re.search(r'"The basics import no sub-package" for (.*?), and "', page)[1]
+    assert set(re.findall(r"`(\w+)`", contract)) == basics, "the contract's sentence"
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["importlinter"]
+    [held] = [c for c in config["contracts"] if c["name"] == "The basics import no sub-package"]
+    assert {m.removeprefix("seq2seq.") for m in held["source_modules"]} == basics, "pyproject.toml"
+
+
+def report_of(folder: str) -> dict:
+    return json.loads((ROOT / folder / "report.json").read_text("utf-8"))["variants"]
+
+
+def test_study_page_figures_are_the_reports() -> None:
+    """Figures docs/results/study.md derives from the committed reports, recomputed from them
+    unrounded: 95% intervals (mean ± ci95) and a difference of two means."""
+    page = " ".join((ROOT / "docs" / "results" / "study.md").read_text("utf-8").split())
+    scorers = report_of("docs/study")
+    low = scorers["additive"]["bleu"]["mean"] - scorers["additive"]["bleu"]["ci95"]
+    high = scorers["additive"]["bleu"]["mean"] + scorers["additive"]["bleu"]["ci95"]
+    assert f"interval, {low:.2f}-{high:.2f}." in page, "additive's 95% interval"
+    assert f"`additive`'s (down to {low:.2f})" in page
+    scaled = scorers["scaled"]["bleu"]["mean"] + scorers["scaled"]["bleu"]["ci95"]
+    assert f"interval over seeds still reaches {scaled:.2f}" in page, "scaled's 95% interval"
+    en_de = report_of("docs/study-baseline-en-de")
+    chrf = en_de["transformer"]["chrf"]["mean"] - en_de["gru-additive"]["chrf"]["mean"]
+    assert f"chrF is {chrf:.2f} ahead" in page, "en->de: the Transformer's chrF lead"
