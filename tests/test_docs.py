@@ -262,3 +262,22 @@ def test_study_page_figures_are_the_reports() -> None:
     en_de = report_of("docs/study-baseline-en-de")
     chrf = en_de["transformer"]["chrf"]["mean"] - en_de["gru-additive"]["chrf"]["mean"]
     assert f"chrF is {chrf:.2f} ahead" in page, "en->de: the Transformer's chrF lead"
+
+
+def test_alignments_trade_off_is_against_one_run() -> None:
+    """alignments.md's weights trade-off: what five and ten times the weight buy in AER and cost in
+    BLEU, both against the same run (the default weight's), from its own table of guided runs."""
+    page = (ROOT / "docs" / "guides" / "alignments.md").read_text("utf-8")
+    rows = {}
+    for line in page.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if line.startswith("| additive | guided, weight ") and "rerun" not in cells[1]:
+            rows[cells[1].split("weight ")[1].split()[0]] = (float(cells[3]), float(cells[6]))
+    base_aer, base_bleu = rows["0.1"]
+    aer = [100 * (base_aer - rows[w][0]) for w in ("0.5", "1.0")]
+    bleu = [base_bleu - rows[w][1] for w in ("0.5", "1.0")]
+    expected = (
+        f"buy the additive model {aer[0]:.2f} and {aer[1]:.2f} points of AER for "
+        f"{bleu[0]:.2f} and {bleu[1]:.2f} BLEU"
+    )
+    assert expected in " ".join(page.split()), expected
