@@ -281,3 +281,32 @@ def test_alignments_trade_off_is_against_one_run() -> None:
         f"{bleu[0]:.2f} and {bleu[1]:.2f} BLEU"
     )
     assert expected in " ".join(page.split()), expected
+
+
+def test_readme_first_lines_install_and_ci() -> None:
+    """The README guides: at most 200 lines; its first two commands install and train, and install and
+    test, the second being what CI (.ci/run) runs; the Python it names is pyproject.toml's; in Install,
+    the torch build is chosen before the package, which would pull torch, is installed."""
+    import tomllib
+
+    page = ROOT / "README.md"
+    lines = page.read_text("utf-8").splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines"
+    train, test = fenced_commands(page)[:2]
+    assert train.startswith("pip install torch==") and "python scripts/train.py" in train
+    assert test.startswith("pip install torch==") and test.split("#")[0].strip().endswith(
+        "python -m pytest"
+    )
+    ci = (ROOT / ".ci" / "run").read_text("utf-8")
+    torch_pin = re.search(r"torch==[\d.]+", test)[0]
+    extras = re.search(r"-e \"\.\[([\w,]+)\]\"", test)[1]
+    assert torch_pin in ci and f'-e ".[{extras}]"' in ci, "CI installs what the README says"
+    assert ci.strip().splitlines()[-1] == "python -m pytest", "CI runs the README's test command"
+    python = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"][
+        "requires-python"
+    ]
+    assert f"Python {python[:2]} {python[2:]}" in page.read_text("utf-8")
+    install = fenced_commands(page)[2:]
+    cpu = next(i for i, c in enumerate(install) if "--index-url" in c and "torch" in c)
+    package = next(i for i, c in enumerate(install) if c.startswith("pip install -e ."))
+    assert cpu < package, "the CPU torch note comes after the package that installs torch"
