@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import load_script
 
@@ -310,3 +311,45 @@ def test_readme_first_lines_install_and_ci() -> None:
     cpu = next(i for i, c in enumerate(install) if "--index-url" in c and "torch" in c)
     package = next(i for i, c in enumerate(install) if c.startswith("pip install -e ."))
     assert cpu < package, "the CPU torch note comes after the package that installs torch"
+
+
+@pytest.mark.parametrize("score", ["additive", "dot", "scaled"])
+def test_only_the_output_layer_runs_in_bf16_in_the_gru_on_a_cpu(score: str) -> None:
+    """What study.md and benchmarks.md say of bf16-mixed on a CPU: the GRU's output layer's matmuls
+    (forward and backward) run in bf16; the encoder, the attention and the recurrence in fp32. Each
+    matmul of a training step under CPU autocast is recorded with its dtype; the vocabulary (V = 53,
+    no other size of this model or batch) marks the output layer's."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from seq2seq.data.batching import collate
+    from seq2seq.models.build import build_model
+    from seq2seq.training.losses import batch_loss
+
+    matmuls = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
+    seen: list[tuple[torch.dtype, set[int]]] = []
+
+    class Matmuls(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            if func in matmuls:
+                shapes = {d for a in args if isinstance(a, torch.Tensor) for d in a.shape}
+                seen.append((args[-1].dtype, shapes))
+            return func(*args, **(kwargs or {}))
+
+    vocab = 53
+    torch.manual_seed(0)
+    model = build_model({"model": "rnn", "vocab_size": vocab, "emb_size": 16, "hidden_size": 32,
+                         "score": score, "dropout": 0.0})  # fmt: skip
+    gen = torch.Generator().manual_seed(0)
+    batch = collate([
+        {"src_ids": torch.randint(4, vocab, (s,), generator=gen).tolist(),
+         "tgt_ids": torch.randint(4, vocab, (t,), generator=gen).tolist(), "index": i}
+        for i, (s, t) in enumerate([(6, 3), (2, 9), (11, 5), (4, 4)])
+    ])  # fmt: skip
+    with Matmuls():
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # the forward, as Lightning runs it
+            loss_sum, _, tokens, _ = batch_loss(model, batch, 0.1)
+        (loss_sum / tokens).backward()
+    bf16 = [dims for dtype, dims in seen if dtype == torch.bfloat16]
+    fp32 = [dims for dtype, dims in seen if dtype == torch.float32]
+    assert bf16 and all(vocab in dims for dims in bf16), "a bf16 matmul outside the output layer"
+    assert fp32 and not any(vocab in dims for dims in fp32), "the output layer ran in fp32"
