@@ -353,3 +353,29 @@ def test_only_the_output_layer_runs_in_bf16_in_the_gru_on_a_cpu(score: str) -> N
     fp32 = [dims for dtype, dims in seen if dtype == torch.float32]
     assert bf16 and all(vocab in dims for dims in bf16), "a bf16 matmul outside the output layer"
     assert fp32 and not any(vocab in dims for dims in fp32), "the output layer ran in fp32"
+
+
+def cpus_of(folder: Path) -> str:
+    """The CPUs a study's runs trained on, from each result.json's `trained`: "AVX2 and AVX512 EPYCs"."""
+    kinds = {
+        (entry["cpu"].rsplit(", ", 1)[-1], "Xeons" if "Xeon" in entry["cpu"] else "EPYCs")
+        for result in folder.glob("runs/*/result.json")
+        for entry in json.loads(result.read_text("utf-8"))["trained"]
+    }
+    families = sorted({family for _, family in kinds})
+    return " and ".join(sorted({cap for cap, _ in kinds})) + " " + " and ".join(families)
+
+
+def test_readme_results_name_the_cpus_each_study_trained_on() -> None:
+    """The README's results table says, per row, which study it comes from and on which CPUs that
+    study's runs trained (the Transformer's de->en runs were not on the scorer study's CPUs)."""
+    rows = [
+        line
+        for line in (ROOT / "README.md").read_text("utf-8").splitlines()
+        if line.startswith("| ") and "/report.md)" in line
+    ]
+    assert rows, "no results rows with their study's report"
+    for row in rows:
+        cell = row.strip("|").split("|")[-1].strip()
+        folder = ROOT / re.search(r"\]\(([^)]+)/report\.md\)", cell)[1]
+        assert cell.endswith(f", {cpus_of(folder)}"), f"{row.split('|')[1].strip()}: {cell}"
