@@ -379,3 +379,25 @@ def test_readme_results_name_the_cpus_each_study_trained_on() -> None:
         cell = row.strip("|").split("|")[-1].strip()
         folder = ROOT / re.search(r"\]\(([^)]+)/report\.md\)", cell)[1]
         assert cell.endswith(f", {cpus_of(folder)}"), f"{row.split('|')[1].strip()}: {cell}"
+
+
+def test_study_page_pooled_holm_is_the_reports() -> None:
+    """study.md's Transformer-against-`dot` seed 2 with the baseline report's and the scorer study's
+    tests adjusted as one family, recomputed from the two committed report.json files."""
+    from seq2seq.study.report import holm
+
+    tests = [
+        test
+        for folder in ("docs/study", "docs/study-baseline-de-en")
+        for test in json.loads((ROOT / folder / "report.json").read_text("utf-8"))["significance"]
+    ]
+    [index] = [
+        i
+        for i, test in enumerate(tests)
+        if {test["baseline"], test["system"]} == {"transformer", "study/dot"}
+        and test["seeds"] == "2"
+    ]
+    bs, ar = (holm([test[key] for test in tests])[index] for key in ("p_bs", "p_ar"))
+    page = " ".join((ROOT / "docs" / "results" / "study.md").read_text("utf-8").split())
+    assert f"over the {len(tests)} together" in page
+    assert f"no longer separates it from `dot` ({bs:.3f} / {ar:.3f})" in page
