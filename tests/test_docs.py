@@ -324,6 +324,7 @@ def test_only_the_output_layer_runs_in_bf16_in_the_gru_on_a_cpu(score: str) -> N
     from seq2seq.data.batching import collate
     from seq2seq.models.build import build_model
     from seq2seq.training.losses import batch_loss
+    from seq2seq.training.system import TranslationSystem
 
     matmuls = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
     seen: list[tuple[torch.dtype, set[int]]] = []
@@ -339,6 +340,8 @@ def test_only_the_output_layer_runs_in_bf16_in_the_gru_on_a_cpu(score: str) -> N
     torch.manual_seed(0)
     model = build_model({"model": "rnn", "vocab_size": vocab, "emb_size": 16, "hidden_size": 32,
                          "score": score, "dropout": 0.0})  # fmt: skip
+    # The model as training runs it, with whatever speed paths the training system plugs in.
+    model = TranslationSystem(model, None).model
     gen = torch.Generator().manual_seed(0)
     batch = collate([
         {"src_ids": torch.randint(4, vocab, (s,), generator=gen).tolist(),
