@@ -1,7 +1,9 @@
-"""What README.md and the pages under docs/ point at exists: every relative link (and its #anchor, when it points
-into one of our Markdown files), every repository path they name in code, and a row in
-docs/guides/layout.md for every module and script. A study command they give for a committed study is the
-one its study.json holds, so it continues that study instead of being refused."""
+"""What README.md and the pages under docs/ point at exists: every relative link (and its #anchor,
+when it points into one of our Markdown files), every repository path they name in code, and a row
+in docs/guides/layout.md for every module and script. A study command they give for a committed
+study is the one its study.json holds, so it continues that study instead of being refused. Figures
+the pages derive from committed files are recomputed from them, and claims about the code checked
+against it."""
 
 import json
 import re
@@ -125,8 +127,8 @@ def tracked(*patterns: str) -> set[str]:
 
 
 def test_layout_names_every_module_and_script() -> None:
-    """docs/guides/layout.md's first column names each file; a bare name is in the folder of the path
-    before it in the same cell (`seq2seq/decoding/search.py`, `beam.py`)."""
+    """docs/guides/layout.md's first column names each file; a bare name is in the folder of the
+    path before it in the same cell (`seq2seq/decoding/search.py`, `beam.py`)."""
     named = set()
     for line in (ROOT / "docs" / "guides" / "layout.md").read_text("utf-8").splitlines():
         if not line.startswith("| `"):
@@ -189,13 +191,17 @@ def test_a_study_command_for_a_committed_study_gives_its_spec(
     assert out == "", f"{page.name}: runs of the committed study are not all done"
 
 
+TOOLS = sorted(ROOT.glob("docs/tools/*.py"))
+
+
 def test_pages_the_code_names_exist() -> None:
-    """A page, program or figure under docs/ that a module, script, test or pyproject.toml names is
-    there (a page moved into docs/guides/ or docs/results/ leaves no comment pointing at nothing).
+    """A page, program or figure under docs/ that a module, script, test, tool or pyproject.toml
+    names is there (a page moved into docs/guides/ or docs/results/ leaves no comment pointing at
+    nothing).
     Other files are left alone: a test may name one it makes (docs/study/x.align)."""
     named = {
         (str(source.relative_to(ROOT)), path)
-        for source in [ROOT / "pyproject.toml", *sorted(ROOT.glob("[st]*/**/*.py"))]
+        for source in [ROOT / "pyproject.toml", *sorted(ROOT.glob("[st]*/**/*.py")), *TOOLS]
         for path in re.findall(
             r"(?<![\w/.-])docs/[\w./-]*\.(?:md|py|png)\b", source.read_text("utf-8")
         )
@@ -230,8 +236,8 @@ def test_a_committed_report_has_every_figure_the_report_gives(folder: Path) -> N
 
 
 def test_layout_names_the_basics_the_contract_holds() -> None:
-    """docs/guides/layout.md names every top-level module as a basic, twice (the layers' sketch and
-    the contract "The basics import no sub-package"), and the contract in pyproject.toml covers them."""
+    """docs/guides/layout.md names every top-level module as a basic, twice (the layers' sketch
+    and the contract "The basics import no sub-package"), and pyproject.toml's contract covers them."""
     import tomllib
 
     basics = {p.stem for p in (ROOT / "seq2seq").glob("*.py")} - {"__init__"}
@@ -285,9 +291,9 @@ def test_alignments_trade_off_is_against_one_run() -> None:
 
 
 def test_readme_first_lines_install_and_ci() -> None:
-    """The README guides: at most 200 lines; its first two commands install and train, and install and
-    test, the second being what CI (.ci/run) runs; the Python it names is pyproject.toml's; in Install,
-    the torch build is chosen before the package, which would pull torch, is installed."""
+    """The README guides: at most 200 lines; its first two commands install and train, and install
+    and test, the second being what CI (.ci/run) runs; the Python it names is pyproject.toml's; in
+    Install, the torch build is chosen before the package, which would pull torch, is installed."""
     import tomllib
 
     page = ROOT / "README.md"
@@ -359,7 +365,7 @@ def test_only_the_output_layer_runs_in_bf16_in_the_gru_on_a_cpu(score: str) -> N
 
 
 def cpus_of(folder: Path) -> str:
-    """The CPUs a study's runs trained on, from each result.json's `trained`: "AVX2 and AVX512 EPYCs"."""
+    """The CPUs a study's runs trained on, from each result.json's `trained` ("AVX2 EPYCs")."""
     kinds = {
         (entry["cpu"].rsplit(", ", 1)[-1], "Xeons" if "Xeon" in entry["cpu"] else "EPYCs")
         for result in folder.glob("runs/*/result.json")

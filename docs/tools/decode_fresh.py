@@ -11,7 +11,7 @@ Decodes the Multi30k validation sources (`--src`, default de; BLEU against `--tg
 
 (A commit before the sub-packages kept the Translator in seq2seq.translator.) Prints one JSON line:
 the package decoded with, sentences/s of each round (greedy, then beam 5) and the BLEU of each
-search. What it showed: docs/benchmarks.md.
+search. What it showed: docs/results/benchmarks.md.
 """
 
 import argparse

@@ -9,7 +9,7 @@ rest, and the heaviest ops by self CPU time, one row per op and input shape. Wit
 ends with a table of each path's matmul time by dtype (their FLOPs from the shapes: 2 m n k) and
 the rest, and, where one path has bf16 matmuls, a bound: each path's update if its fp32 matmuls ran
 at that measured bf16 rate and nothing else changed, against the first path. What it showed, and
-what came of it: docs/benchmarks.md.
+what came of it: docs/results/benchmarks.md.
 """
 
 import sys
