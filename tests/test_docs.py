@@ -410,3 +410,14 @@ def test_study_page_pooled_holm_is_the_reports() -> None:
     page = " ".join((ROOT / "docs" / "results" / "study.md").read_text("utf-8").split())
     assert f"over the {len(tests)} together" in page
     assert f"no longer separates it from `dot` ({bs:.3f} / {ar:.3f})" in page
+
+
+def test_a_study_the_readme_says_pins_the_precision_does() -> None:
+    """A study spec the README names as pinning `--precision 32-true` holds it in its flags (not
+    every spec does: the scorer and hidden-size studies leave the precision to the default)."""
+    text = " ".join((ROOT / "README.md").read_text("utf-8").split())
+    named = re.findall(r"`--precision 32-true`[^.]*?`(docs/[\w./-]+/study\.json)` pins it", text)
+    assert named, "the README names no study that pins the precision"
+    for spec in named:
+        flags = json.loads((ROOT / spec).read_text("utf-8"))["flags"]
+        assert "--precision" in flags and flags[flags.index("--precision") + 1] == "32-true", spec
