@@ -160,7 +160,7 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
     stop.install()
     try:
         callbacks = [
-            *checkpoint_callbacks(ckpt_dir, cfg.keep_best),
+            *checkpoint_callbacks(ckpt_dir, cfg.keep_best, cfg.keep_last),
             stop,
             TokensPerSecond(),
             NonFiniteLossGuard(),
@@ -200,6 +200,8 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
             label_smoothing=cfg.label_smoothing,
             clip_norm=cfg.clip_norm,
             val_beam=cfg.val_beam,
+            val_length_penalty=cfg.val_length_penalty,
+            word_dropout=cfg.word_dropout,
             corpus={
                 "dataset": cfg.dataset,
                 "data_dir": cfg.data_dir,

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from seq2seq import Translator, load_model
-from tests.conftest import load_script, tiny_train_args, write_corpus
+from tests.conftest import PREMOVE_SIZES, load_script, tiny_train_args, write_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 BASICS = {"__init__", "errors", "atomic", "checkpoint", "cli", "machine", "signals"}
@@ -80,7 +80,7 @@ def test_a_checkpoint_written_before_the_move_loads_and_translates(
     premove_checkpoint: Path,
 ) -> None:
     model, tokenizer = load_model(premove_checkpoint)
-    assert model.model_args["hidden_size"] == 32 and tokenizer.vocab_size == 100
+    assert model.model_args["hidden_size"] == 8 and tokenizer.vocab_size == 100
     translations = Translator.load(premove_checkpoint).translate(["Ein Hund läuft im Park"])
     assert len(translations) == 1 and isinstance(translations[0].text, str)
     # The weights are the saved ones, not a fresh initialisation.
@@ -96,7 +96,8 @@ def test_a_run_saved_before_the_move_resumes_to_its_new_end(
     corpus = write_corpus(tmp_path / "corpus")  # the fixture's corpus: seeded, the same pairs
     runs = tmp_path / "runs"
     args = tiny_train_args(corpus, runs, "--max-steps", "30", "--max-epochs", "1000",
-                           "--val-every", "10", "--seed", "1", "--resume", str(premove_checkpoint))  # fmt: skip
+                           "--val-every", "10", "--seed", "1", *PREMOVE_SIZES,
+                           "--resume", str(premove_checkpoint))  # fmt: skip
     assert load_script("train").main(args) == 0
     last = torch.load(next(runs.rglob("last.ckpt")), weights_only=True)
     assert last["global_step"] == 30

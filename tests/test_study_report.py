@@ -1,14 +1,16 @@
-"""The report's multiple-testing correction (Holm) against a hand computation, and a report that
-takes the finished runs of another study folder in by reference (`study.py report DIR --with DIR2`),
-on committed-style result folders written by hand."""
+"""The report's multiple-testing correction (Holm) against a hand computation, a report that takes
+the finished runs of another study folder in by reference (`study.py report DIR --with DIR2`), on
+committed-style result folders written by hand, and the share of human judges beside each difference
+(Kocmi et al. 2024's fit) against the thresholds the paper publishes."""
 
 import json
 from pathlib import Path
 
 import pytest
 
+from seq2seq.study.agreement import COIN_TOSS, delta_for, human_agreement
 from seq2seq.study.report import holm
-from seq2seq.training.metrics import corpus_bleu
+from seq2seq.training.metrics import corpus_bleu, corpus_chrf
 from tests.conftest import load_script
 
 study_script = load_script("study")
@@ -100,3 +102,87 @@ def test_the_report_scores_every_run_lowercased_from_its_hypotheses(tiny_corpus,
     assert report["variants"]["b"]["bleu_lowercase"]["values"] == [pytest.approx(expected)]
     assert expected < 100.0
     assert "BLEU lowercased" in (folder / "report.md").read_text()
+
+
+# The paper's table of thresholds (MT-Thresholds, appendix/main_thresholds.tex): the difference at
+# which each metric reaches an estimated accuracy with humans, printed to two decimals. BLEU 1.06 and
+# 3.35 are the points issue 55 quotes.
+PUBLISHED = {
+    "bleu": {0.50: 0.27, 0.55: 0.52, 0.60: 0.78, 0.65: 1.06, 0.70: 1.39, 0.75: 1.79, 0.80: 2.34,
+             0.85: 3.35},
+    "chrf": {0.50: 0.14, 0.55: 0.33, 0.60: 0.54, 0.65: 0.76, 0.70: 1.00, 0.75: 1.28, 0.80: 1.63,
+             0.85: 2.12, 0.90: 3.05},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("metric", ["bleu", "chrf"])
+def test_agreement_reproduces_the_published_thresholds(metric):
+    for accuracy, delta in PUBLISHED[metric].items():
+        assert human_agreement(metric, delta) == pytest.approx(accuracy, abs=0.01), (
+            delta,
+            accuracy,
+        )
+        assert delta_for(metric, accuracy) == pytest.approx(delta, abs=0.006)  # printed rounded
+    assert human_agreement("bleu", 1.06) == pytest.approx(0.65, abs=0.01)
+    assert human_agreement("bleu", 3.35) == pytest.approx(0.85, abs=0.01)
+
+
+def test_agreement_grows_with_the_difference_and_ignores_its_sign():
+    deltas = [0.0, 0.1, 0.27, 0.5, 1.0, 1.06, 2.0, 3.35, 5.0, 10.0, 30.0]
+    for metric in ("bleu", "chrf"):
+        shares = [human_agreement(metric, d) for d in deltas]
+        assert all(a < b for a, b in zip(shares, shares[1:], strict=False)), (metric, shares)
+        # a system behind by delta: the same share of judges agree that the other one is better
+        assert [human_agreement(metric, -d) for d in deltas] == shares
+        assert 0.4 < shares[0] < COIN_TOSS and shares[-1] < 0.94  # the fit's floor and ceiling
+    # BLEU never reaches 90% in the fit; chrF does (the paper's table: "-" and 3.05)
+    with pytest.raises(ValueError, match="bleu: the fit ranges over"):
+        delta_for("bleu", 0.90)
+    with pytest.raises(ValueError, match="no published agreement fit for metric 'ter'"):
+        human_agreement("ter", 1.0)
+
+
+def test_the_report_shows_the_judges_beside_each_bleu_and_chrf_difference(tiny_corpus, tmp_path):
+    from seq2seq.study.layout import Study
+    from seq2seq.study.report import markdown
+
+    folder = tmp_path / "judges"
+    write_study(folder, tiny_corpus, {"base": 0, "cut": 2}, [1, 2])  # `cut` drops final words
+    assert study_script.main(["report", str(folder)]) == 0
+    report = json.loads((folder / "report.json").read_text())
+    refs = (tiny_corpus / "test.en").read_text().splitlines()
+    text = (folder / "report.md").read_text()
+    rows = report["significance"]
+    assert [row["seeds"] for row in rows] == ["1", "2", "all"]
+    for row in rows:
+        seeds = [1, 2] if row["seeds"] == "all" else [int(row["seeds"])]
+        chrf = {}
+        for side in ("baseline", "system"):
+            hyps = [
+                line
+                for s in seeds
+                for line in (folder / "runs" / f"{row[side]}-seed{s}" / "test.hyp")
+                .read_text()
+                .splitlines()
+            ]
+            chrf[side] = corpus_chrf(hyps, refs * len(seeds)).value
+        assert row["chrf_baseline"] == pytest.approx(chrf["baseline"])
+        assert row["chrf_delta"] == pytest.approx(chrf["system"] - chrf["baseline"])
+        assert row["bleu_agreement"] == human_agreement("bleu", row["delta"])
+        assert row["chrf_agreement"] == human_agreement("chrf", row["chrf_delta"])
+        assert row["delta"] < -1 and row["chrf_delta"] < -1  # cut words: judges would notice
+        line = next(
+            x for x in text.splitlines() if x.startswith(f"| base | cut | {row['seeds']} |")
+        )
+        bleu = f"{row['delta']:+.2f} (~{round(100 * row['bleu_agreement'])}%)"
+        chrf_cell = f"{row['chrf_delta']:+.2f} (~{round(100 * row['chrf_agreement'])}%)"
+        assert f"| {bleu} | {chrf_cell} |" in line, line
+    assert "| BLEU delta (judges) | chrF delta (judges) |" in text
+    assert "github.com/kocmitom/MT-Thresholds" in text and "under 0.27 BLEU or 0.14 chrF" in text
+
+    # A difference the fit puts under 50% is shown as a coin toss, not as judges preferring the other
+    small = {**rows[0], "delta": 0.2, "bleu_agreement": human_agreement("bleu", 0.2),
+             "chrf_delta": -0.3, "chrf_agreement": human_agreement("chrf", -0.3)}  # fmt: skip
+    spec = Study(folder).load_spec()
+    text = markdown(Study(folder), spec, {**report, "significance": [small]})
+    assert "| +0.20 (coin toss) | -0.30 (~54%) |" in text

@@ -10,7 +10,10 @@ mean and deviation over runs and a test over runs and sentences together). The f
 spec is the baseline of each test's line; the tests are two-sided. Each p-value is shown beside its
 Holm adjustment over every line of the table (bootstrap and approximate randomization each a family:
 two tests of the same hypotheses), and only adjusted p-values below `ALPHA` are set in bold: a
-table of many tests finds some p < 0.05 by chance alone.
+table of many tests finds some p < 0.05 by chance alone. Beside each line's BLEU and chrF differences,
+the share of human judges expected to agree on which system is better at that difference
+(`seq2seq.study.agreement`: the published fit of Kocmi et al. 2024), what the difference means to
+people beside whether it is noise.
 
 `others` (`study.py report DIR --with DIR2`): the finished runs of other study folders join the
 report as variants `<DIR2's name>/<variant>`, tested against this study's variants seed k against
@@ -31,6 +34,7 @@ from typing import Any
 from seq2seq.atomic import atomic_write, atomic_write_text
 from seq2seq.errors import UserError
 from seq2seq.machine import REPO
+from seq2seq.study.agreement import COIN_TOSS, delta_for, human_agreement
 from seq2seq.study.layout import Study
 from seq2seq.study.spec import Run, StudySpec
 
@@ -156,8 +160,9 @@ def significance(
     refs: list[str],
 ) -> list[dict[str, Any]]:
     """For each pair of variants: seed k against seed k, and all common seeds concatenated; each
-    test's p-values also Holm-adjusted over every row (bootstrap and AR each a family)."""
-    from sacrebleu.metrics import BLEU
+    test's p-values also Holm-adjusted over every row (bootstrap and AR each a family). Beside the
+    BLEU and chrF differences, the share of human judges expected to agree on the better system."""
+    from sacrebleu.metrics import BLEU, CHRF
 
     rows = []
     for a, b in pairs:
@@ -173,12 +178,18 @@ def significance(
                 if len(hyps) != len(refs_all):
                     raise UserError(f"{a}/{b} seeds {label}: {len(hyps)} hypotheses for "
                                     f"{len(refs_all)} references")  # fmt: skip
-            bleu = BLEU()
+            bleu, chrf = BLEU(), CHRF()
             score_a = bleu.corpus_score(hyps_a, [refs_all]).score
             score_b = bleu.corpus_score(hyps_b, [refs_all]).score
+            chrf_a = chrf.corpus_score(hyps_a, [refs_all]).score
+            chrf_b = chrf.corpus_score(hyps_b, [refs_all]).score
             p = paired_p_values(hyps_a, hyps_b, refs_all)
             rows.append({"baseline": a, "system": b, "seeds": label, "bleu_baseline": score_a,
                          "bleu_system": score_b, "delta": score_b - score_a,
+                         "bleu_agreement": human_agreement("bleu", score_b - score_a),
+                         "chrf_baseline": chrf_a, "chrf_system": chrf_b,
+                         "chrf_delta": chrf_b - chrf_a,
+                         "chrf_agreement": human_agreement("chrf", chrf_b - chrf_a),
                          "p_bs": p["bs"], "p_ar": p["ar"]})  # fmt: skip
     for test in TESTS:
         for row, adjusted in zip(rows, holm([row[f"p_{test}"] for row in rows]), strict=True):
@@ -243,6 +254,12 @@ def _p(value: float) -> str:
     return f"**{value:.4f}**" if value < ALPHA else f"{value:.4f}"
 
 
+def _judged(delta: float, agreement: float) -> str:
+    """A difference with its share of agreeing judges: `+1.48 (~66%)`, or `+0.10 (coin toss)`."""
+    share = f"~{agreement:.0%}" if agreement >= COIN_TOSS else "coin toss"
+    return f"{delta:+.2f} ({share})"
+
+
 def _cell(summary: dict[str, Any], digits: int) -> str:
     if not summary["n"]:
         return "-"
@@ -285,14 +302,15 @@ def markdown(study: Study, spec: StudySpec, report: dict[str, Any]) -> str:
         "## Paired significance of BLEU (sacrebleu: bootstrap 1,000, approximate randomization "
         "10,000; two-sided)",
         "",
-        "| baseline | system | seeds | BLEU baseline | BLEU system | delta | p (bootstrap) | Holm "
-        "| p (AR) | Holm |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| baseline | system | seeds | BLEU baseline | BLEU system | BLEU delta (judges) | chrF delta "
+        "(judges) | p (bootstrap) | Holm | p (AR) | Holm |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in report["significance"]:
         lines.append(
             f"| {row['baseline']} | {row['system']} | {row['seeds']} | {row['bleu_baseline']:.2f} | "
-            f"{row['bleu_system']:.2f} | {row['delta']:+.2f} | {row['p_bs']:.4f} | "
+            f"{row['bleu_system']:.2f} | {_judged(row['delta'], row['bleu_agreement'])} | "
+            f"{_judged(row['chrf_delta'], row['chrf_agreement'])} | {row['p_bs']:.4f} | "
             f"{_p(row['p_bs_holm'])} | {row['p_ar']:.4f} | {_p(row['p_ar_holm'])} |"
         )
     count = len(report["significance"])
@@ -300,6 +318,14 @@ def markdown(study: Study, spec: StudySpec, report: dict[str, Any]) -> str:
         f"Holm: the p-value before it adjusted by Holm's method over the {count} test(s) of this "
         f"table, bootstrap and AR each a family. Bold: adjusted p < {ALPHA}, a difference that "
         "holds with every test of the table taken into account."
+    )
+    note += (
+        " Judges: the share of human judges expected to agree with the metric on which system is "
+        "better at that difference (whichever it puts ahead), from the fit of Kocmi et al. 2024 "
+        '(ACL, "Navigating the Metrics Maze"; github.com/kocmitom/MT-Thresholds) over the system '
+        "pairs of their human evaluations; what a difference means to people, not whether it is "
+        "noise. `coin toss`: the fit falls below 50%, under "
+        f"{delta_for('bleu', COIN_TOSS):.2f} BLEU or {delta_for('chrf', COIN_TOSS):.2f} chrF."
     )
     if any(row["seeds"] == "all" for row in report["significance"]):
         note = (

@@ -30,11 +30,14 @@ EVALUATE = REPO / "scripts" / "evaluate.py"
 AVERAGE = REPO / "scripts" / "average_checkpoints.py"
 
 
-def best_checkpoints(checkpoint_dir: Path, last: dict[str, Any]) -> list[tuple[Path, float]]:
-    """The kept best checkpoints with their validation BLEU, best first (from last.ckpt's state of
-    the best-checkpoint callback, whose paths may point at another machine's folder)."""
+def best_checkpoints(
+    checkpoint_dir: Path, last: dict[str, Any], monitor: str = "val/bleu"
+) -> list[tuple[Path, float]]:
+    """The checkpoints a callback kept with their monitored value, highest first (from last.ckpt's
+    state of the callback that monitors `monitor`, whose paths may point at another machine's
+    folder): "val/bleu" for the best ones, "step" for the latest (`--keep-last`)."""
     for key, state in last.get("callbacks", {}).items():
-        if key.startswith("ModelCheckpoint") and "'val/bleu'" in key:
+        if key.startswith("ModelCheckpoint") and f"'monitor': '{monitor}'" in key:
             found = []
             for path, score in state.get("best_k_models", {}).items():
                 local = checkpoint_dir / Path(path).name
@@ -58,7 +61,8 @@ def evaluate(checkpoint: Path, split: str, beam: int, out: Path, *extra: str) ->
 
 
 def choose_checkpoint(study: Study, spec: StudySpec, run: Run) -> dict[str, Any]:
-    """The README's rule: best single or average of the kept best, by beam BLEU on validation."""
+    """The README's rule: best single, average of the kept best or (with `--keep-last`) average of
+    the latest, whichever has the highest beam BLEU on validation."""
     import torch
 
     folder = study.version_dir(run) / "checkpoints"
@@ -77,6 +81,14 @@ def choose_checkpoint(study: Study, spec: StudySpec, run: Run) -> dict[str, Any]
                        "--out", str(average)]  # fmt: skip
             subprocess.run(command, cwd=REPO, check=True, capture_output=True)
         candidates[f"average of {len(best)} best"] = average
+    recent = best_checkpoints(folder, last, monitor="step")
+    if len(recent) >= 2:
+        latest = scratch / "average-last.ckpt"
+        if not latest.is_file():
+            command = [sys.executable, str(AVERAGE), *(str(path) for path, _ in recent),
+                       "--out", str(latest)]  # fmt: skip
+            subprocess.run(command, cwd=REPO, check=True, capture_output=True)
+        candidates[f"average of {len(recent)} last"] = latest
     val = {
         name: evaluate(path, "val", spec.beam, scratch / f"{path.stem}.val.hyp")["bleu"]
         for name, path in candidates.items()

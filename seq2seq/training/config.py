@@ -42,6 +42,11 @@ class TrainConfig:
     ff_size: int = _opt(1024, "feed-forward inner size (transformer)")
     post_ln: bool = _opt(False, "post-LN layers instead of pre-LN (transformer)")
     dropout: float = _opt(0.3, "dropout on embeddings, between layers and on output features")
+    word_dropout: float = _opt(
+        0.0,
+        "while training, replace each source and target-input subword by <unk> with this "
+        "probability (Sennrich et al. 2016; Gal and Ghahramani 2016)",
+    )
     tie_embeddings: bool = _opt(
         True, "share source, target and output embeddings (joint vocabulary)"
     )
@@ -115,7 +120,15 @@ class TrainConfig:
     keep_best: int = _opt(
         5, "keep the N checkpoints with the best validation BLEU (for average_checkpoints.py)"
     )
+    keep_last: int = _opt(
+        0,
+        "also keep the checkpoints of the N latest validations as recent-<step>.ckpt, for "
+        "averaging the last N (0: none)",
+    )
     val_beam: int = _opt(1, "beam size for validation BLEU (1: greedy)")
+    val_length_penalty: float = _opt(
+        1.0, "alpha of the GNMT length penalty of validation's beam search (with --val-beam > 1)"
+    )
     # run
     seed: int = _opt(1, "random seed (weights, batch order, dropout)")
     log_dir: str = _opt("lightning_logs", "where runs are written")
@@ -197,11 +210,15 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         value = getattr(cfg, name)
         if value is not None and value <= 0:
             raise UserError(f"{as_flag(name)} must be positive, got {value}")
-    for name in ("warmup_steps", "num_workers", "patience", "heatmap_every"):
+    for name in ("warmup_steps", "num_workers", "patience", "heatmap_every", "keep_last"):
         if getattr(cfg, name) < 0:
             raise UserError(f"{as_flag(name)} must be zero or more, got {getattr(cfg, name)}")
     if not 0.0 <= cfg.dropout < 1.0:
         raise UserError(f"--dropout must be in [0, 1), got {cfg.dropout}")
+    if not 0.0 <= cfg.word_dropout < 1.0:
+        raise UserError(f"--word-dropout must be in [0, 1), got {cfg.word_dropout}")
+    if cfg.val_length_penalty < 0:
+        raise UserError(f"--val-length-penalty must be zero or more, got {cfg.val_length_penalty}")
     if not 0.0 <= cfg.label_smoothing < 1.0:
         raise UserError(f"--label-smoothing must be in [0, 1), got {cfg.label_smoothing}")
     if cfg.max_minutes is not None and cfg.max_minutes <= 0:

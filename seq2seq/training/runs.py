@@ -63,8 +63,11 @@ class LastCheckpoint(ModelCheckpoint):
             self._save_topk_checkpoint(trainer, self._monitor_candidates(trainer))
 
 
-def checkpoint_callbacks(dirpath: str | Path, keep_best: int) -> list[ModelCheckpoint]:
-    """`best-<step>.ckpt` (the `keep_best` highest validation BLEUs) and `last.ckpt` in `dirpath`.
+def checkpoint_callbacks(
+    dirpath: str | Path, keep_best: int, keep_last: int = 0
+) -> list[ModelCheckpoint]:
+    """`best-<step>.ckpt` (the `keep_best` highest validation BLEUs), `recent-<step>.ckpt` (the
+    `keep_last` latest validations, none when 0) and `last.ckpt` in `dirpath`.
 
     An explicit `dirpath` is stored resolved (Lightning applies realpath), so a resumed run finds the
     same folder in the checkpoint's callback state and carries on its best-BLEU tracking.
@@ -77,7 +80,19 @@ def checkpoint_callbacks(dirpath: str | Path, keep_best: int) -> list[ModelCheck
         save_top_k=keep_best,
         auto_insert_metric_name=False,  # "val/bleu=" in a file name would make a subfolder
     )
-    return [best, LastCheckpoint(dirpath)]
+    callbacks = [best]
+    if keep_last > 0:  # Lightning offers "step" to every monitor: the highest steps are the latest
+        callbacks.append(
+            ModelCheckpoint(
+                dirpath=dirpath,
+                monitor="step",
+                mode="max",
+                filename="recent-{step}",
+                save_top_k=keep_last,
+                auto_insert_metric_name=False,
+            )
+        )
+    return [*callbacks, LastCheckpoint(dirpath)]
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from seq2seq import __version__
 from seq2seq.alignment.stats import means, recorded_scores, row_sums, stacked_scores
-from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.data.tokenizer import EOS, UNK, Tokenizer
 from seq2seq.decoding.search import SearchConfig, translate_batch
 from seq2seq.models.interface import Seq2Seq
 from seq2seq.training.losses import alignment_loss, batch_loss
@@ -38,6 +38,22 @@ def lr_factor(step: int, schedule: str, warmup: int, total: int, floor: float) -
         return max(math.sqrt(max(warmup, 1) / (step + 1)), floor)
     progress = min((step - warmup) / max(total - warmup, 1), 1.0)
     return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def word_dropout(batch: dict[str, Tensor], p: float) -> dict[str, Tensor]:
+    """The batch with each real subword of `src` and `tgt_in` replaced by UNK with probability `p`.
+
+    Word dropout (Sennrich et al. 2016, "Edinburgh Neural Machine Translation Systems for WMT 16"; Gal
+    and Ghahramani 2016): the model learns not to lean on any one input word. Padding, BOS and EOS stay,
+    and so do the targets the loss reads (`tgt_out`). The draws come from torch's generator, which
+    `--seed` fixes.
+    """
+    out = dict(batch)
+    for key in ("src", "tgt_in"):
+        ids = batch[key]  # (B, L)
+        drop = (ids > EOS) & (torch.rand(ids.shape, device=ids.device) < p)  # (B, L)
+        out[key] = ids.masked_fill(drop, UNK)
+    return out
 
 
 def adam(params: Any, lr: float) -> torch.optim.Adam:
@@ -59,6 +75,9 @@ class TranslationSystem(L.LightningModule):
         label_smoothing: eps of the smoothed cross-entropy.
         clip_norm: gradient-norm clipping (0: off; the norm is logged either way).
         val_beam: beam size of validation BLEU (1: greedy).
+        val_length_penalty: alpha of the GNMT length penalty of that beam search.
+        word_dropout: probability that a training batch's source or target-input subword is read as
+            <unk> (`word_dropout`); 0 leaves batches as they are.
         compile: run the GRU decoder's loops compiled (seq2seq.models.fast.CompiledRNN).
         corpus: what the model trains on (dataset, data_dir, src, tgt), kept in checkpoints so that
             `evaluate.py --split` finds the same corpus.
@@ -77,6 +96,8 @@ class TranslationSystem(L.LightningModule):
         label_smoothing: float = 0.1,
         clip_norm: float = 1.0,
         val_beam: int = 1,
+        val_length_penalty: float = 1.0,
+        word_dropout: float = 0.0,
         corpus: dict[str, Any] | None = None,
         compile: bool = False,
         guided_alignment_weight: float = 0.0,
@@ -94,7 +115,7 @@ class TranslationSystem(L.LightningModule):
             )
 
             self.fast = CompiledRNN(model)
-        self.val_search = SearchConfig(beam=val_beam)
+        self.val_search = SearchConfig(beam=val_beam, length_penalty=val_length_penalty)
         self._val_outputs: list[tuple[int, str]] = []
         self._val_sums = torch.zeros(6, dtype=torch.float64)  # nll, tokens, then `row_sums`
         self._val_scored = True
@@ -113,6 +134,8 @@ class TranslationSystem(L.LightningModule):
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         """The batch's loss SUM (plus weight x the guided-alignment sum when the batch has links);
         `on_before_optimizer_step` divides the update by its tokens."""
+        if self.hparams.word_dropout > 0:
+            batch = word_dropout(batch, self.hparams.word_dropout)
         loss_sum, nll_sum, tokens, weights = self._shared_step(batch)
         align_sum = loss_sum.new_zeros(())
         if "align_ref" in batch:  # the attention guided alignment trains: seq2seq.data.links
