@@ -210,7 +210,8 @@ def test_pages_the_code_names_exist() -> None:
     assert not missing, f"paths under docs/ that are not in the repository: {missing}"
 
 
-STUDIES = sorted(path.parent for path in ROOT.glob("docs/study*/study.json"))
+# Studies with a report (a spec is committed before its runs train, and has none until they end).
+STUDIES = sorted(path.parent for path in ROOT.glob("docs/study*/report.json"))
 
 
 @pytest.mark.parametrize("folder", STUDIES, ids=lambda p: str(p.relative_to(ROOT)))
