@@ -24,17 +24,21 @@ from dataclasses import dataclass
 from itertools import cycle
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
+from torch.utils.data import DataLoader
 
 from seq2seq.cli import Parser, cli_message
+from seq2seq.data.batching import collate
 from seq2seq.decoding.flags import pick_device
 from seq2seq.errors import UserError
 from seq2seq.machine import cpu_info
 from seq2seq.models.build import build_model, model_args_from
+from seq2seq.models.kernels import accelerate
+from seq2seq.models.reference import reference_loss
 from seq2seq.training.config import TrainConfig, parse_args
 from seq2seq.training.losses import batch_loss
-from seq2seq.training.reference import reference_loss, textbook_loader
 from seq2seq.training.system import adam
 
 MATMUL = {"cpu": 1024, "cuda": 8192}  # n: 1024 keeps CPU cores busy; a big GPU needs 8192
@@ -49,7 +53,7 @@ class Recipe:
     bf16: bool = False
     share: float = 1.0
     textbook: bool = False  # fixed-size random batches instead of token-budget ones (GRU only)
-    prepare: Callable[[nn.Module], nn.Module] = lambda model: model
+    prepare: Callable[[nn.Module], nn.Module] = accelerate  # the model's kernels plugged in
     compiles: bool = False  # `prepare` compiles the decoder loops (the GRU's alone)
 
     @property
@@ -58,10 +62,26 @@ class Recipe:
 
 
 def compiled(model: nn.Module) -> nn.Module:
-    """The GRU with its decoder loops compiled by inductor (train.py --compile)."""
-    from seq2seq.models.fast import CompiledRNN  # imports torch's compiler: only when asked for
+    """The GRU with its kernels and its decoder loops compiled by inductor (train.py --compile)."""
+    return accelerate(model, compile=True)
 
-    return CompiledRNN(model)
+
+def textbook(model: nn.Module) -> nn.Module:
+    """The model as seq2seq.models writes it, no kernels: what `reference_loss` specifies."""
+    return model
+
+
+def textbook_loader(dataset, batch_size: int, max_len: int, seed: int = 1) -> DataLoader:
+    """Random batches of `batch_size` pairs of a tokenized split, padded to their longest sentence.
+
+    `dataset` has columns src_ids, tgt_ids, index, src_len, tgt_len (TranslationDataModule.datasets);
+    pairs longer than `max_len` subwords are left out, as the bucketed loader does.
+    """
+    longer = np.maximum(np.asarray(dataset["src_len"][:]), np.asarray(dataset["tgt_len"][:]))
+    rows = np.flatnonzero(longer <= max_len)
+    data = dataset.select_columns(["src_ids", "tgt_ids", "index"]).select(rows)
+    gen = torch.Generator().manual_seed(seed)
+    return DataLoader(data, batch_size, shuffle=True, collate_fn=collate, generator=gen)
 
 
 PATHS = {  # one row of the table each; the reference is ~4x slower per update
@@ -69,7 +89,7 @@ PATHS = {  # one row of the table each; the reference is ~4x slower per update
     "bf16": Recipe(batch_loss, bf16=True),
     "compiled": Recipe(batch_loss, prepare=compiled, compiles=True),
     "compiled-bf16": Recipe(batch_loss, bf16=True, prepare=compiled, compiles=True),
-    "reference": Recipe(reference_loss, share=0.25, textbook=True),
+    "reference": Recipe(reference_loss, share=0.25, textbook=True, prepare=textbook),
 }
 
 

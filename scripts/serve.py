@@ -7,6 +7,10 @@ JSON API described in seq2seq/serving/server.py and docs/guides/serving.md. Mode
 
 Every checkpoint is loaded before the port is opened: one that cannot be read stops the start with
 one `error:` line and exit status 2, and so does a port that is taken.
+
+SIGTERM (or Ctrl-C) stops the server within STOP_BOUND seconds: queued requests are answered at
+once with 503 ("shutting down", with a request id), the running batch ends at its next step, and
+a request still open after GRACE seconds is answered 503 too, never left without an answer.
 """
 
 import argparse
@@ -14,12 +18,16 @@ import dataclasses
 import logging
 import socket
 import sys
+import threading
 from pathlib import Path
 
 from seq2seq.cli import DefaultsFormatter, Parser, add_flags, cli_message
 from seq2seq.decoding.flags import pick_device
 from seq2seq.errors import UserError
 from seq2seq.serving.requests import Limits
+
+GRACE = 5  # seconds uvicorn waits for open requests after SIGTERM before it cancels them
+STOP_BOUND = 10  # seconds from SIGTERM to exit (docs/guides/serving.md; tests/test_serve_limits.py)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-origin", action="append", default=[], metavar="ORIGIN",
         help="a site whose pages may call the API from a browser, as https://example.org (CORS; "
         "repeat for more); without it no answer carries CORS headers",
+    )  # fmt: skip
+    parser.add_argument(
+        "--allow-host", action="append", default=[], metavar="NAME",
+        help="a name besides localhost, 127.0.0.1, [::1] and --host that requests may give in "
+        "their Host header (repeat for more; * for any); others get 400",
     )  # fmt: skip
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                         help="uvicorn's log level (info: one line per request)")  # fmt: skip
@@ -79,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 def load(args: argparse.Namespace, limits: Limits) -> "FastAPI":  # noqa: F821
     """The app over every checkpoint, loaded once; the first that cannot be loaded is a UserError."""
     try:
+        from seq2seq.serving.hosts import known_names
         from seq2seq.serving.server import TorchThread, build_app
     except ImportError as err:
         raise UserError(f'{err.name} is missing: pip install -e ".[serve]"') from None
@@ -94,7 +108,8 @@ def load(args: argparse.Namespace, limits: Limits) -> "FastAPI":  # noqa: F821
     except BaseException:
         torch_thread.close()
         raise
-    return build_app(translators, limits, torch_thread, args.allow_origin)
+    hosts = known_names(args.host, tuple(args.allow_host))
+    return build_app(translators, limits, torch_thread, args.allow_origin, hosts)
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -114,11 +129,17 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def run(app: "FastAPI", sock: socket.socket, log_level: str) -> None:  # noqa: F821
-    """Serve `app` on `sock` until Ctrl-C or SIGTERM; queued requests are finished first."""
+    """Serve `app` on `sock` until Ctrl-C or SIGTERM (the module docstring says how it stops)."""
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=10))
-    server.run(sockets=[sock])
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: object) -> None:
+            # in a thread: a signal handler may run while the batchers' lock is held
+            threading.Thread(target=app.state.stop, name="stop", daemon=True).start()
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=GRACE)
+    Server(config).run(sockets=[sock])
 
 
 if __name__ == "__main__":

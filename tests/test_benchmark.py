@@ -1,7 +1,7 @@
 """The textbook reference equals the fast path; FLOPs per token match PyTorch's counter; both benchmark
 scripts run end to end and report every figure (their structure, never their timings)."""
 
-import contextlib
+import copy
 import json
 
 import pytest
@@ -11,11 +11,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from seq2seq.data.batching import collate
+from seq2seq.models.kernels import accelerate
+from seq2seq.models.reference import reference_loss
 from seq2seq.models.rnn import RNNSeq2Seq
 from seq2seq.models.transformer import TransformerSeq2Seq
 from seq2seq.training.config import TrainConfig
 from seq2seq.training.losses import batch_loss
-from seq2seq.training.reference import reference_loss, textbook_loader
 from tests.conftest import load_script
 
 benchmark = load_script("benchmark")
@@ -37,17 +38,19 @@ def random_batch(vocab: int, lengths: list[tuple[int, int]]) -> dict[str, torch.
 @pytest.mark.parametrize("tie", [True, False])
 @pytest.mark.parametrize("score", ["additive", "dot", "scaled"])
 def test_reference_path_equals_fast_path_in_loss_and_gradients(score: str, tie: bool) -> None:
+    """The textbook model read by `reference_loss`, against training's loss on a copy with kernels."""
     torch.manual_seed(0)
     model = RNNSeq2Seq(40, emb_size=8, hidden_size=12, score=score, attn_size=10, dropout=0.0,
                        tie_embeddings=tie)  # fmt: skip
+    kernels = accelerate(copy.deepcopy(model))
     # Uneven lengths on both sides: padding in the source, the target, and the longest of each apart.
     batch = random_batch(40, [(6, 3), (2, 9), (11, 5), (4, 4)])
     grads = []
-    for loss_fn in (batch_loss, reference_loss):
-        model.zero_grad()
-        loss_sum, nll_sum, tokens = loss_fn(model, batch, 0.1)[:3]
+    for loss_fn, net in ((batch_loss, kernels), (reference_loss, model)):
+        net.zero_grad()
+        loss_sum, nll_sum, tokens = loss_fn(net, batch, 0.1)[:3]
         (loss_sum / tokens).backward()
-        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+        grads.append({n: p.grad.clone() for n, p in net.named_parameters()})
         grads[-1]["_sums"] = torch.stack([loss_sum.detach(), nll_sum, tokens.float()])
     fast, ref = grads
     assert fast.keys() == ref.keys()
@@ -64,7 +67,7 @@ def test_textbook_loader_gives_random_fixed_size_batches(
     dm = TranslationDataModule(TrainConfig(data_dir=str(tiny_corpus), vocab_size=100))
     dm.prepare_data()
     dm.setup("fit")
-    batches = list(textbook_loader(dm.datasets["train"], 16, max_len=100, seed=1))
+    batches = list(benchmark.textbook_loader(dm.datasets["train"], 16, max_len=100, seed=1))
     assert [b["src"].size(0) for b in batches[:-1]] == [16] * (len(batches) - 1)
     order = torch.cat([b["index"] for b in batches])
     assert sorted(order.tolist()) == list(range(len(dm.datasets["train"])))
@@ -74,7 +77,7 @@ def test_textbook_loader_gives_random_fixed_size_batches(
 @pytest.mark.parametrize("score", ["additive", "dot", "scaled"])
 def test_bf16_autocast_path_computes_nearly_the_same_loss(score: str) -> None:
     torch.manual_seed(0)
-    model = RNNSeq2Seq(40, emb_size=16, hidden_size=32, score=score, dropout=0.0)
+    model = accelerate(RNNSeq2Seq(40, emb_size=16, hidden_size=32, score=score, dropout=0.0))
     batch = random_batch(40, [(6, 3), (2, 9), (11, 5), (4, 4)])
     fp32 = batch_loss(model, batch, 0.1)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -86,15 +89,15 @@ def test_bf16_autocast_path_computes_nearly_the_same_loss(score: str) -> None:
 
 @pytest.mark.parametrize("score", ["additive", "dot", "scaled"])
 def test_the_recurrence_in_bf16_as_on_a_gpu_gives_nearly_the_same_loss_and_gradients(
-    score: str, monkeypatch: pytest.MonkeyPatch
+    score: str,
 ) -> None:
-    # On a CPU the encoder and decoder steps leave autocast (seq2seq.models.rnn._fp32_on_cpu); on a
-    # GPU they run in bf16. Emulated here: autocast reaches the recurrence too.
-    monkeypatch.setattr("seq2seq.models.rnn._fp32_on_cpu", lambda like: contextlib.nullcontext())
+    # On a CPU the kernels' encoder and decoder steps leave autocast
+    # (seq2seq.models.kernels.decoder.Fp32RecurrenceRNN); on a GPU they run in bf16. The textbook
+    # model emulates that here: autocast reaches its recurrence.
     torch.manual_seed(0)
     model = RNNSeq2Seq(40, emb_size=16, hidden_size=32, score=score, dropout=0.0)
     batch = random_batch(40, [(6, 3), (2, 9), (11, 5), (4, 4)])
-    dtypes = []  # of the bf16 run's GRU cell steps; the fp32 run's go through deferred.CellStep
+    dtypes = []  # of the bf16 run's GRU cell steps
     model.decoder.cell.register_forward_hook(lambda m, args, out: dtypes.append(out.dtype))
     results = []
     for bf16 in (False, True):
@@ -128,9 +131,8 @@ def test_flops_per_token_matches_pytorchs_flop_counter(
         "seq2seq.training.losses.ROWS", 1
     )  # the output layer's zero rows are not useful work
     batch = random_batch(50, [lengths])  # one sentence: no padding, every FLOP is useful
-    # Counted on autograd's own backward of the modules. The CPU's training steps
-    # (seq2seq.models.deferred) do the additive energies' outer products elementwise instead.
-    monkeypatch.setattr("seq2seq.models.rnn._steps_deferred", lambda like: False)
+    # Counted on autograd's own backward of the textbook modules. The CPU's training kernels
+    # (seq2seq.models.kernels.deferred) do the additive energies' outer products elementwise instead.
     s, t = float(batch["src_lens"][0]), float(batch["tgt_mask"].sum())
     # The math backend's attention is plain matmuls, which the counter sees (fused kernels it may not).
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:

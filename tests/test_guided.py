@@ -20,7 +20,8 @@ from seq2seq.data.words import Link, word_spans_in_text
 from seq2seq.decoding.translator import Translator, word_alignment
 from seq2seq.errors import UserError
 from seq2seq.models.build import build_model, model_args_from
-from seq2seq.models.fast import CompiledRNN
+from seq2seq.models.kernels import accelerate
+from seq2seq.models.kernels.compiled import CompiledRNN
 from seq2seq.training.config import TrainConfig, parse_args
 from seq2seq.training.losses import alignment_loss, batch_loss
 from tests.conftest import LEXICON, load_script, tiny_train_args, write_corpus
@@ -288,12 +289,12 @@ def _guided_gradients_of(model: torch.nn.Module, runners: list) -> list[list[tor
 
 def _tiny_rnn() -> torch.nn.Module:
     torch.manual_seed(0)
-    return build_model({"model": "rnn", "vocab_size": 20, "emb_size": 8, "hidden_size": 12,
-                        "dropout": 0.0})  # fmt: skip
+    return accelerate(build_model({"model": "rnn", "vocab_size": 20, "emb_size": 8,
+                                   "hidden_size": 12, "dropout": 0.0}))  # fmt: skip
 
 
 def test_compiled_decoding_trains_guidance_as_eager() -> None:
-    # Chunks and buckets without inductor (as tests/test_fast.py does): the weights the loss reads
+    # Chunks and buckets without inductor (as tests/test_kernels_compiled.py does): the weights the loss reads
     # come out of the padded, chunked loop and carry their gradient back through it.
     model = _tiny_rnn()
     fast = CompiledRNN(model, chunk=2, buckets=True)

@@ -1,11 +1,12 @@
 """bf16-mixed, the default (`--precision auto`) on a CPU with native bf16: a training step under CPU
 autocast gives the loss and gradients of fp32 to within bf16's rounding. Its output layer,
-projections and attention run in bf16; the recurrence stays in fp32 (seq2seq.models.rnn)."""
+projections and attention run in bf16; the recurrence stays in fp32 (seq2seq.models.kernels.decoder)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from seq2seq.models.kernels import accelerate
 from seq2seq.models.rnn import RNNSeq2Seq
 from seq2seq.training.losses import batch_loss
 from tests.test_benchmark import random_batch
@@ -19,7 +20,7 @@ GRAD_COSINE = 0.999
 @pytest.mark.parametrize("score", ["additive", "dot", "scaled"])
 def test_a_bf16_mixed_step_gives_the_fp32_loss_and_gradients(score: str) -> None:
     torch.manual_seed(0)
-    model = RNNSeq2Seq(100, emb_size=32, hidden_size=64, score=score, dropout=0.0)
+    model = accelerate(RNNSeq2Seq(100, emb_size=32, hidden_size=64, score=score, dropout=0.0))
     batch = random_batch(100, [(6, 3), (2, 9), (11, 5), (4, 4), (7, 8)])
     results = []
     for bf16 in (False, True):

@@ -240,7 +240,7 @@ def test_client_gone_while_sending_its_body(server: str) -> None:
     host, port = server.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         sock.sendall(
-            b"POST /api/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /api/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: 1000\r\n\r\n{"
         )
     assert call(server, "/api/translate", GOOD)[0] == 200
@@ -279,9 +279,7 @@ def test_client_gone_while_queued_leaves_the_queue(gated: tuple[str, GatedTransl
             first = pool.submit(call, base, "/api/translate", {"sentences": ["Ein Hund"]})
             assert model.entered.wait(20)
             with socket.create_connection((host, int(port)), timeout=10) as sock:
-                head = (
-                    "POST /api/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                )
+                head = "POST /api/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                 head += f"Content-Length: {len(body)}"
                 sock.sendall(head.encode() + b"\r\n\r\n" + body)
                 wait_until(lambda: queued(base) == 1)
@@ -320,7 +318,7 @@ def test_every_model_runs_on_the_one_torch_thread(tiny_checkpoint: Path) -> None
 def test_batcher_runs_same_settings_together_up_to_the_limit() -> None:
     calls, gate, entered = [], threading.Event(), threading.Event()
 
-    def run(key: Any, items: list[Any]) -> list[Any]:
+    def run(key: Any, items: list[Any], check: Any) -> list[Any]:
         calls.append((key, items))
         entered.set()
         assert gate.wait(20)
@@ -351,7 +349,7 @@ def test_batcher_waits_for_the_clients_of_its_last_batch() -> None:
     waits (a quarter of that batch's 1.2 s) for three, instead of running the first alone."""
     calls: list[list[str]] = []
 
-    def run(key: Any, items: list[Any]) -> list[Any]:
+    def run(key: Any, items: list[Any], check: Any) -> list[Any]:
         calls.append(items)
         time.sleep(1.2 if len(calls) == 1 else 0)
         return items

@@ -8,6 +8,7 @@ from torch.overrides import TorchFunctionMode
 from seq2seq.data.tokenizer import BOS, EOS
 from seq2seq.decoding.search import greedy_search
 from seq2seq.models.attention import lengths_to_mask
+from seq2seq.models.kernels import accelerate
 from seq2seq.models.rnn import RNNSeq2Seq
 from seq2seq.training import losses as loss
 from seq2seq.training.losses import batch_loss, output_loss
@@ -145,7 +146,8 @@ def test_the_output_layer_sees_row_counts_in_multiples_of_rows(
 
 
 def test_under_cpu_bf16_autocast_only_the_output_layer_runs_in_bf16() -> None:
-    model, batch = RNNSeq2Seq(14, 8, 16, dropout=0.0), reverse_batch()
+    # The model as training and decoding run it, its kernels plugged in (seq2seq.models.kernels).
+    model, batch = accelerate(RNNSeq2Seq(14, 8, 16, dropout=0.0)), reverse_batch()
     dtypes = {}
     for name in ("encoder", "decoder"):
 

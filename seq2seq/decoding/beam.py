@@ -13,6 +13,8 @@ Dimension letters (the table in seq2seq.models.interface): B batch, R sentences 
 length, T steps, V vocabulary, N heads (multi-head models).
 """
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -39,6 +41,7 @@ def beam_search(
     src_lens: Tensor,
     src_mask: Tensor,
     search: SearchConfig = SearchConfig(),
+    check: Callable[[], None] | None = None,
 ) -> Hypotheses:
     """Batched beam search: all sentences x beams decode as one batch of B * K rows.
 
@@ -47,6 +50,7 @@ def beam_search(
         search: K = `beam` hypotheses kept open per sentence; finished ones are ranked by score /
             lp(len) with alpha = `length_penalty`; EOS is forced at `limits`; `nbest` (<= K)
             finished hypotheses per sentence come back in `Hypotheses.nbest`.
+        check: called before every step; what it raises ends the search (a server's deadline).
 
     Returns:
         The best hypothesis of each sentence, plus its `nbest` list sorted by normalised score.
@@ -72,6 +76,8 @@ def beam_search(
     next_limit = int(limits.min())  # the nearest length limit among the open sentences
     buffer = logits_buffer(model, B * K, dev)  # (B * K, V) or None
     for t in range(int(limits.max())):
+        if check is not None:
+            check()
         R = active.numel()
         out = None if buffer is None else buffer[: R * K]  # (R * K, V)
         logits, weights, state = model.step(state, prev, out)  # (R * K, V), (R * K, [N,] S)

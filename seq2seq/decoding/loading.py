@@ -7,10 +7,12 @@ from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.errors import UserError
 from seq2seq.models.build import build_model
 from seq2seq.models.interface import Seq2Seq
+from seq2seq.models.kernels import accelerate
 
 
 def load_model(path: str | Path, map_location: str = "cpu") -> tuple[Seq2Seq, Tokenizer]:
-    """The trained model (eval mode) and its tokenizer, from a checkpoint file alone.
+    """The trained model (eval mode, its kernels plugged in: seq2seq.models.kernels) and its
+    tokenizer, from a checkpoint file alone.
 
     A missing, truncated or foreign file, or weights that do not fit, is a UserError naming it.
     """
@@ -25,4 +27,4 @@ def load_model(path: str | Path, map_location: str = "cpu") -> tuple[Seq2Seq, To
         raise UserError(
             f"{path}: weights do not fit this version of seq2seq ({str(err).splitlines()[0]})"
         ) from None
-    return model.to(map_location).eval(), tokenizer
+    return accelerate(model).to(map_location).eval(), tokenizer

@@ -9,6 +9,8 @@ Dimension letters (the table in seq2seq.models.interface): B batch, S source len
 N heads (multi-head models), L output steps.
 """
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -41,12 +43,14 @@ def greedy_search(
     src_lens: Tensor,
     src_mask: Tensor,
     search: SearchConfig = SearchConfig(),
+    check: Callable[[], None] | None = None,
 ) -> Hypotheses:
     """Pick the most likely token at each step until every sentence has ended (EOS or its limit).
 
     Args:
         src: (B, S) source ids; src_lens: (B,); src_mask: (B, S) bool.
         search: only its length limit applies (`SearchConfig.limits`).
+        check: called before every step; what it raises ends the search (a server's deadline).
     """
     B, dev = src.size(0), src.device
     state = model.encode(src, src_lens, src_mask)
@@ -58,6 +62,8 @@ def greedy_search(
     tokens, weights = [], []  # per step, (B,) and (B, [N,] S): done sentences get PAD and zeros
     buffer = logits_buffer(model, B, dev)  # (B, V) or None
     for t in range(int(limits.max())):
+        if check is not None:
+            check()
         out = None if buffer is None else buffer[: len(active)]  # (R, V)
         logits, alpha, state = model.step(state, prev, out)  # (R, V), (R, [N,] S)
         log_probs = step_log_probs(logits)  # (R, V)
@@ -88,14 +94,20 @@ def greedy_search(
 
 
 def translate_batch(
-    model: Seq2Seq, batch: dict[str, Tensor], search: SearchConfig = SearchConfig()
+    model: Seq2Seq,
+    batch: dict[str, Tensor],
+    search: SearchConfig = SearchConfig(),
+    check: Callable[[], None] | None = None,
 ) -> Hypotheses:
     """Greedy (beam 1) or beam search over a batch with `src`, `src_lens`, `src_mask` on any device.
 
-    The one entry point that validation, evaluation and translation share.
+    The one entry point that validation, evaluation and translation share. `check` is called
+    before every step of the search; what it raises ends it.
     """
+    if check is not None:  # before the encoder too, which has no steps to check between
+        check()
     device = next(model.parameters()).device
     src, src_lens, src_mask = (batch[k].to(device) for k in ("src", "src_lens", "src_mask"))
     if search.beam == 1:
-        return greedy_search(model, src, src_lens, src_mask, search)
-    return beam_search(model, src, src_lens, src_mask, search)
+        return greedy_search(model, src, src_lens, src_mask, search, check)
+    return beam_search(model, src, src_lens, src_mask, search, check)

@@ -25,7 +25,7 @@ grows past it. The GRU has no limit. The scripts (evaluate.py, translate.py) are
 """
 
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -156,6 +156,7 @@ class Translator:
         batch_size: int | None = None,
         return_alignments: bool = False,
         direction: Direction = "tgt2src",
+        check: Callable[[], None] | None = None,
         **settings: float,
     ) -> list[Translation]:
         """Translate `sentences` (raw text); one result per sentence, in order. A blank sentence gets
@@ -164,13 +165,14 @@ class Translator:
         `settings` override fields of `search` (default: SearchConfig()) by name (`beam=5`,
         `nbest=3`, `length_penalty=0.6`). Batches hold `batch_tokens` source tokens, or
         `batch_size` sentences when that is given. `return_alignments` adds `word_attention` and
-        `word_alignment` (links in `direction`) to every result, n-best ones included.
+        `word_alignment` (links in `direction`) to every result, n-best ones included. `check` is
+        called before every search step; what it raises ends the call (a server's deadline).
         """
         search = replace(search or SearchConfig(), **settings)
         encoded = [self.tokenizer.encode_with_spans(line) for line in sentences]
         kept = [i for i, line in enumerate(sentences) if line.strip()]
         src_ids = self._fit([encoded[i][0] for i in kept], kept, "source")
-        found = self.search(src_ids, search, batch_tokens, batch_size)
+        found = self.search(src_ids, search, batch_tokens, batch_size, check)
         words = direction if return_alignments else None
         results: dict[int, Translation] = {}
         for j, i in enumerate(kept):
@@ -193,10 +195,12 @@ class Translator:
         batch_tokens: int = 4096,
         batch_size: int | None = None,
         direction: Direction = "tgt2src",
+        check: Callable[[], None] | None = None,
     ) -> list[Translation]:
         """Teacher-forced alignments: the model reads `targets[i]` as its translation of
         `sources[i]` (what alignment papers measure). Each result has `text` = the target, `score` =
-        log p(target | source) with EOS, the attention of that reading, and the word alignments."""
+        log p(target | source) with EOS, the attention of that reading, and the word alignments.
+        `check` is called before each batch is read; what it raises ends the call."""
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
         src, tgt = ([self.tokenizer.encode_with_spans(x) for x in xs] for xs in (sources, targets))
@@ -206,6 +210,8 @@ class Translator:
         items = [{"src_ids": s, "tgt_ids": t, "index": i} for i, (s, t) in pairs]
         results: list[Translation] = [None] * len(items)  # type: ignore[list-item]
         for batch in self._batches(items, batch_tokens, batch_size):
+            if check is not None:
+                check()
             weights, scores = self._forced(batch)  # (B, T, [N,] S), (B,)
             for b, i in enumerate(batch["index"].tolist()):
                 rows, cols = len(tgt_ids[i]) + 1, len(src_ids[i]) + 1  # with EOS
@@ -248,13 +254,14 @@ class Translator:
         search: SearchConfig,
         batch_tokens: int = 4096,
         batch_size: int | None = None,
+        check: Callable[[], None] | None = None,
     ) -> list[Hypotheses]:
         """Search for each source (ids without EOS, at most `max_len` - 1 of them): per sentence, its
         `search.nbest` best hypotheses (fewer if the beam found fewer), best first, on the CPU."""
         found: list[Hypotheses] = [None] * len(src_ids)  # type: ignore[list-item]
         items = [{"src_ids": ids, "index": i} for i, ids in enumerate(src_ids)]
         for batch in self._batches(items, batch_tokens, batch_size):
-            hyps = translate_batch(self.model, batch, search)
+            hyps = translate_batch(self.model, batch, search, check)
             for b, i in enumerate(batch["index"].tolist()):
                 one = Hypotheses([hyps.tokens[b]], hyps.scores[b : b + 1].cpu(), [hyps.weights[b]])
                 found[i] = hyps.nbest[b] if hyps.nbest is not None else one  # greedy: no list

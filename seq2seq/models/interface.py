@@ -78,8 +78,8 @@ class Seq2Seq(nn.Module):
         """The generator over features (B, O) -> logits (B, V), written into `out` when given.
 
         A search on a CPU passes one buffer for all its steps: a fresh (B, V) tensor there is mapped
-        afresh and page-faults in (1,500 x 8,000 took 51 ms against 36 into a buffer, 2-core AVX2
-        EPYC, 2 threads). The generator is an `nn.Linear` with a bias in every model.
+        afresh and page-faults in (why: docs/results/benchmarks.md#figures-once-kept-in-the-model-code). The
+        generator is an `nn.Linear` with a bias in every model.
         """
         if out is None:
             return self.generator(features)  # (B, V)

@@ -44,11 +44,13 @@ class MultiHeadAttention(nn.Module):
         MultiHead(Q, K, V) = [head_1; ...; head_N] W_o
 
     The scores are divided by sqrt(D), the head size, not sqrt(H): each head's dot product sums D terms.
-    Without weights requested, the fused `scaled_dot_product_attention` computes this; with them, an
-    explicit path through `masked_softmax` does, and returns the weights per head before dropout (they are
-    the alignments we log; dropout only touches the copy that reads the values). Both paths agree, and give
-    zeros (before W_o) for a query with no key to attend to. Given the same parameters, the output and
-    per-head weights equal `torch.nn.MultiheadAttention`'s.
+    The one branch is whether the weights are returned: without, the fused `scaled_dot_product_attention`
+    computes this; with them, an explicit path through `masked_softmax` does, and returns the weights per
+    head before dropout (they are the alignments we log; dropout only touches the copy that reads the
+    values). Both paths agree, and give zeros (before W_o) for a query with no key to attend to. Given
+    the same parameters, the output and per-head weights equal `torch.nn.MultiheadAttention`'s. (The
+    kernel seq2seq.models.kernels.multihead hands a causal mask alone to the fused kernel as
+    `is_causal`.)
 
     `q_proj`, `k_proj` and `v_proj` run as three matmuls even when their input is one tensor: one merged
     matmul (weights concatenated at call time) was no faster on a CPU for a training batch, and slower
@@ -131,15 +133,11 @@ class MultiHeadAttention(nn.Module):
             scores = (q * D**-0.5) @ k.transpose(-2, -1)  # (B, N, T, S)
             weights = scores.softmax(-1) if mask is None else masked_softmax(scores, mask)
             context = F.dropout(weights, p, self.training) @ v  # (B, N, T, D)
-        elif mask is None or (key_padding_mask is None and T == S):
-            # Causal alone with T == S: the fused kernel's own (top-left) causal mask is ours, and it can
-            # skip the masked blocks instead of reading a mask.
-            is_causal = causal and T > 1
-            context = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=is_causal)
         else:
-            # A query with no key gets a zero context here too: recent torch zeroes such rows (its math
-            # reference uses a "safe" softmax; torch before 2.5 gave NaN). Guarding it ourselves slows
-            # the CPU kernel down, so tests/test_mha.py checks torch's behaviour instead.
+            # The same math, fused. A query with no key gets a zero context here too: recent torch
+            # zeroes such rows (its math reference uses a "safe" softmax; torch before 2.5 gave NaN).
+            # Guarding it ourselves slows the CPU kernel down, so tests/test_mha.py checks torch's
+            # behaviour instead.
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         output = context.transpose(1, 2).reshape(B, T, N * D)  # (B, T, H)
         return self.out_proj(output), weights

@@ -11,49 +11,25 @@ s_0 = tanh(W_init h_1^backward): the backward GRU's state at the first position 
 sentence. The encoder's output size equals the decoder's hidden size (each direction has half), so `dot`
 and `scaled` compare vectors of the same size with no hidden projection.
 
+These modules are the specification; training and decoding plug the speed paths of
+seq2seq.models.kernels into them (same parameters, same numbers to float tolerance).
+
 Dimension letters (the table in seq2seq.models.interface): B batch, S source length, T target length,
 E embedding, H hidden, A additive-attention size, V vocabulary.
 """
 
-import contextlib
-from collections.abc import Callable
-
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from seq2seq.models.attention import (
-    AdditiveScorer,
-    attend,
-    lengths_to_mask,
-    make_scorer,
-    masked_softmax,
-)
-from seq2seq.models.deferred import (
-    Bank,
-    CellStep,
-    CellWeights,
-    ContextStep,
-    EnergyStep,
-    SourceBank,
-    SourceShared,
-)
-from seq2seq.models.dropout import Dropout
+from seq2seq.models.attention import attend, make_scorer
 from seq2seq.models.interface import Seq2Seq, State
 
 
 class BiGRUEncoder(nn.Module):
-    """Embedding, dropout, and a bidirectional GRU; output (B, S, H), zero on padding.
+    """Embedding, dropout, and a bidirectional GRU over packed sequences; output (B, S, H), zero on padding.
 
-    The backward direction starts at each sentence's last real token, not at padding. The GRU runs over
-    packed sequences, except when a CPU computes gradients: there each direction is its own call over
-    the padded batch, the backward one over each row reversed within its length. The packed CPU kernel
-    slices its precomputed input gates a step at a time, and each slice's backward fills a
-    (tokens, 3H/2) gradient. On a 2-core AVX2 EPYC (torch 2.13, 2 threads), Multi30k's training batches
-    (5.5% of source positions padding) took 116 ms forward and backward that way against 143 ms packed.
-    Without gradients packed is faster, as it computes no padding: 184 against 215 ms for the
-    encoder's forward over 400 validation sentences in translation's batches.
+    Packing makes the backward direction start at each sentence's last real token, not at padding.
     """
 
     def __init__(self, embedding: nn.Embedding, hidden_size: int, num_layers: int, dropout: float):
@@ -61,7 +37,7 @@ class BiGRUEncoder(nn.Module):
         if hidden_size % 2:
             raise ValueError(f"hidden size must be even (half per direction), got {hidden_size}")
         self.embedding = embedding
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         self.rnn = nn.GRU(
             embedding.embedding_dim,
             hidden_size // 2,
@@ -70,50 +46,15 @@ class BiGRUEncoder(nn.Module):
             bidirectional=True,
             dropout=dropout if num_layers > 1 else 0.0,
         )
-        self.between_layers = Dropout(self.rnn.dropout)  # the unpacked path's, as nn.GRU's own
 
     def forward(self, src: Tensor, src_lens: Tensor) -> Tensor:
         """Args: src (B, S) ids; src_lens (B,). Returns enc_out (B, S, H)."""
         emb = self.dropout(self.embedding(src))  # (B, S, E)
-        if src.device.type == "cpu" and torch.is_grad_enabled():
-            return self.unpacked(emb, src_lens)  # (B, S, H)
         # pack_padded_sequence wants the lengths on the CPU: one small copy per batch.
         packed = pack_padded_sequence(emb, src_lens.cpu(), batch_first=True, enforce_sorted=False)
         out, _ = self.rnn(packed)
         enc_out, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))
         return enc_out  # (B, S, H)
-
-    def unpacked(self, emb: Tensor, src_lens: Tensor) -> Tensor:
-        """The GRU of `self.rnn`, its weights, one direction at a time over the padded batch.
-
-        Args: emb (B, S, E); src_lens (B,). Returns (B, S, H), zero on padding. What a direction
-        computes at padding positions only ever reaches later padding positions, which are zeroed.
-        """
-        B, S, _ = emb.shape
-        positions = torch.arange(S, device=emb.device)  # (S,)
-        real = lengths_to_mask(src_lens, S)  # (B, S)
-        # Each row reversed within its length (position j <-> len - 1 - j), padding left in place.
-        flip = torch.where(real, src_lens.unsqueeze(1) - 1 - positions, positions)  # (B, S)
-        h0 = emb.new_zeros(1, B, self.rnn.hidden_size)  # (1, B, H/2)
-        x = emb  # (B, S, in)
-        for layer in range(self.rnn.num_layers):
-            if layer:
-                x = self.between_layers(x)
-            reversed_x = x.gather(1, flip.unsqueeze(-1).expand_as(x))  # (B, S, in)
-            forward = self.direction(x, h0, f"l{layer}")  # (B, S, H/2)
-            backward = self.direction(reversed_x, h0, f"l{layer}_reverse")  # (B, S, H/2)
-            backward = backward.gather(1, flip.unsqueeze(-1).expand_as(backward))  # back in order
-            x = torch.cat([forward, backward], dim=-1)  # (B, S, H)
-        return x * real.unsqueeze(-1)  # (B, S, H)
-
-    def direction(self, x: Tensor, h0: Tensor, suffix: str) -> Tensor:
-        """One layer and direction of `self.rnn` (its weights named `*_{suffix}`), left to right.
-        Args: x (B, S, in); h0 (1, B, H/2). Returns outputs (B, S, H/2)."""
-        weights = [getattr(self.rnn, f"{name}_{suffix}") for name in ("weight_ih", "weight_hh")]
-        biases = [getattr(self.rnn, f"{name}_{suffix}") for name in ("bias_ih", "bias_hh")]
-        # gru(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
-        out, _ = torch.gru(x, h0, weights + biases, True, 1, 0.0, self.training, False, True)
-        return out  # (B, S, H/2)
 
 
 class BahdanauDecoder(nn.Module):
@@ -130,20 +71,16 @@ class BahdanauDecoder(nn.Module):
         super().__init__()
         emb_size = embedding.embedding_dim
         self.embedding = embedding
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         self.bridge = nn.Linear(hidden_size // 2, hidden_size)  # W_init
         self.scorer = make_scorer(score, hidden_size, hidden_size, attn_size)
         self.cell = nn.GRUCell(emb_size + hidden_size, hidden_size)
-        self.readout = nn.Linear(
-            2 * hidden_size + emb_size, emb_size
-        )  # W_o; emb_size so W_g can be tied
+        self.readout = nn.Linear(2 * hidden_size + emb_size, emb_size)  # W_o; E so W_g can be tied
 
     def init_state(self, enc_out: Tensor, src_mask: Tensor) -> State:
         """The state search and teacher forcing start from; keys are projected here, once per batch."""
         half = enc_out.size(-1) // 2
-        dec_state = torch.tanh(
-            self.bridge(enc_out[:, 0, half:])
-        )  # (B, H) from the backward state at 1
+        dec_state = torch.tanh(self.bridge(enc_out[:, 0, half:]))  # (B, H): backward state at 1
         proj_keys = self.scorer.project_keys(enc_out)  # (B, S, A) or (B, S, H)
         return {
             "enc_out": enc_out,
@@ -164,94 +101,35 @@ class BahdanauDecoder(nn.Module):
         dec_state = self.cell(torch.cat([emb, context], dim=-1), prev)  # (B, H)
         return dec_state, context, weights
 
-    def deferred_steps(
-        self, state: State, emb: Tensor, rows: list[int]
-    ) -> tuple[Callable[[State, Tensor], tuple[Tensor, Tensor, Tensor]], list[Tensor]]:
-        """`attend_and_update` for training on a CPU, with gradients gathered over the steps.
-
-        state: the batch's, before its first step; emb (B, T, E); rows: per step, the rows still
-        decoding. Returns the step and, for each step, what it takes in place of the embedding: its
-        rows of W_ie y + b_ih (rows[t], 3H), the embeddings' share of the cell's input gates, computed
-        for all steps in one matmul. The step computes what `attend_and_update` does through
-        `seq2seq.models.deferred`: the GRU cell's weight gradients, the embeddings', the encoder
-        outputs' and (additive scorer) the keys' and w_v's are taken once per batch.
-        """
-        cell, scorer = self.cell, self.scorer
-        cell_bank = Bank(rows, emb.size(0), cell, cell.weight_ih)
-        embedded, *weights = CellWeights.apply(
-            cell_bank, emb, cell.weight_ih, cell.bias_ih, cell.weight_hh, cell.bias_hh
-        )  # (M, 3H), then w_ih, w_hh, b_hh
-        additive = isinstance(scorer, AdditiveScorer)
-        keys = state["proj_keys"] if additive else None  # (B, S, A)
-        source_bank = SourceBank(state["enc_out"], len(rows), keys)
-        source = [state["enc_out"]] + ([keys, scorer.energy.weight] if additive else [])
-        enc_out, *energy = SourceShared.apply(source_bank, *source)
-
-        def step(run: State, embedded: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-            prev = run["dec_state"]  # s_{t-1}, (B', H)
-            if additive:
-                query = scorer.project_query(prev)  # (B', A)
-                limit = scorer.RECOMPUTE_ABOVE
-                scores = EnergyStep.apply(query, *energy, source_bank, limit)  # (B', S)
-            else:
-                scores = scorer(prev, run["proj_keys"])  # (B', S)
-            alpha = masked_softmax(scores, run["src_mask"])  # (B', S)
-            context = ContextStep.apply(alpha, enc_out, source_bank)  # (B', H)
-            return CellStep.apply(embedded, context, prev, *weights, cell_bank), context, alpha
-
-        return step, list(embedded.split(rows))
-
     def output_features(self, dec_state: Tensor, context: Tensor, emb: Tensor) -> Tensor:
         """o = tanh(W_o [s; c; emb]) for any leading shape: (…, H), (…, H), (…, E) -> (…, E)."""
         return self.dropout(torch.tanh(self.readout(torch.cat([dec_state, context, emb], dim=-1))))
 
-    def unroll(
-        self, state: State, emb: Tensor, rows: list[int] | None = None
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """Steps from state["dec_state"] over emb (B, T, E) of y_0..y_{T-1}.
+    def unroll(self, state: State, emb: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Steps t = 1..T from state["dec_state"] = s_0 over emb (B, T, E) of y_0..y_{T-1}.
 
-        rows: for each step, how many leading rows still decode, non-increasing (rows in order of
-        target length, longest first); the others have ended, and their s_t, c_t and alpha_t are zero.
-        None: every row, every step.
-
-        Returns s_1..s_T (B, T, H), c_1..c_T (B, T, H) and alpha (B, T, S). seq2seq.models.fast compiles
-        this loop a few steps at a time.
+        Returns s_1..s_T (B, T, H), c_1..c_T (B, T, H) and alpha_1..alpha_T (B, T, S).
         """
-        B, T = emb.shape[:2]
         states, contexts, weights = [], [], []
         run = state
-        rows = [B] * T if rows is None else rows
-        if _steps_deferred(emb):
-            step, inputs = self.deferred_steps(state, emb, rows)  # (rows[t], 3H) each
-        else:  # (B, E) each: one backward node, not one a step
-            step, inputs = self.attend_and_update, emb.unbind(1)
-        for n, input_t in zip(rows, inputs, strict=True):
-            if n < run["dec_state"].size(0):  # sliced when rows end, not every step: views
-                run = {name: value[:n] for name, value in run.items()}  # (n, ...)
-            # (n, H), (n, H), (n, S)
-            dec_state, context, alpha = step(run, input_t[:n])
+        for emb_t in emb.unbind(1):  # (B, E) of y_{t-1}
+            dec_state, context, alpha = self.attend_and_update(run, emb_t)  # (B, H), (B, H), (B, S)
             run = {**run, "dec_state": dec_state}
-            for outputs, value in ((states, dec_state), (contexts, context), (weights, alpha)):
-                outputs.append(F.pad(value, (0, 0, 0, B - n)) if n < B else value)  # (B, ...)
+            states.append(dec_state)
+            contexts.append(context)
+            weights.append(alpha)
         return torch.stack(states, 1), torch.stack(contexts, 1), torch.stack(weights, 1)
 
     def forward(self, state: State, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
         """Teacher-forced unroll. Args: tgt_in (B, T). Returns features (B, T, E), weights (B, T, S).
 
-        Rows in order of target length, longest first (as `seq2seq.data.batching.collate` makes
-        them), stop stepping when their target ends: 8.5% of the (B, T) steps of Multi30k's training
-        batches are padding. Rows in another order step to the end. Either way the weights of padding
-        steps are zero.
+        The weights of padding steps (after a row's target has ended) are zero.
         """
         emb = self.embed(tgt_in)  # (B, T, E)
-        real = tgt_in != self.embedding.padding_idx  # (B, T)
-        lengths = real.sum(1)  # (B,) steps each row decodes
-        rows = None
-        if bool((lengths[:-1] >= lengths[1:]).all()):
-            rows = real.sum(0).tolist()  # per step, the rows still decoding: a prefix
-        states, contexts, weights = self.unroll(state, emb, rows)  # (B, T, H), (B, T, H), (B, T, S)
+        states, contexts, weights = self.unroll(state, emb)  # (B, T, H), (B, T, H), (B, T, S)
         # The readout runs once over all steps after the loop: one large matmul instead of T small ones.
         features = self.output_features(states, contexts, emb)  # (B, T, E)
+        real = tgt_in != self.embedding.padding_idx  # (B, T)
         return features, weights * real.unsqueeze(-1)  # (B, T, E), (B, T, S)
 
 
@@ -290,27 +168,24 @@ class RNNSeq2Seq(Seq2Seq):
 
     def encode(self, src: Tensor, src_lens: Tensor, src_mask: Tensor) -> State:
         """Args: src (B, S); src_lens (B,); src_mask (B, S). Returns the decoder's initial state."""
-        with _fp32_on_cpu(src):
-            return self.decoder.init_state(self.encoder(src, src_lens), src_mask)
+        return self.decoder.init_state(self.encoder(src, src_lens), src_mask)
 
     def source_state(self, name: str) -> bool:
         return name in ("enc_out", "proj_keys", "src_mask")
 
     def decode(self, state: State, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
         """Args: tgt_in (B, T). Returns features (B, T, E) and weights (B, T, S)."""
-        with _fp32_on_cpu(tgt_in):
-            return self.decoder(state, tgt_in)
+        return self.decoder(state, tgt_in)
 
     def step(
         self, state: State, prev: Tensor, out: Tensor | None = None
     ) -> tuple[Tensor, Tensor, State]:
         """Args: prev (B,) previous tokens; out: a (B, V) buffer for the logits, or None. Returns
         logits (B, V), weights (B, S), new state."""
-        with _fp32_on_cpu(prev):
-            emb = self.decoder.embed(prev)  # (B, E)
-            dec_state, context, weights = self.decoder.attend_and_update(state, emb)
-            features = self.decoder.output_features(dec_state, context, emb)  # (B, E)
-            logits = self.logits(features, out)  # (B, V)
+        emb = self.decoder.embed(prev)  # (B, E)
+        dec_state, context, weights = self.decoder.attend_and_update(state, emb)
+        features = self.decoder.output_features(dec_state, context, emb)  # (B, E)
+        logits = self.logits(features, out)  # (B, V)
         return logits, weights, {**state, "dec_state": dec_state}
 
     def flops_per_token(self, src_len: Tensor | float, tgt_len: Tensor | float) -> Tensor | float:
@@ -332,28 +207,3 @@ class RNNSeq2Seq(Seq2Seq):
         per_pair = (2 * A if A else 2 * H) + 2 * H  # score and context per (target, source) pair
         forward = src_len * per_src + tgt_len * (per_tgt + src_len * per_pair) + 2 * h * H  # bridge
         return 3 * forward / tgt_len
-
-
-def _fp32_on_cpu(like: Tensor) -> contextlib.AbstractContextManager:
-    """Autocast off on a CPU: the recurrent parts run in fp32 there, under bf16-mixed too.
-
-    Under CPU autocast every matmul goes to oneDNN, which builds a primitive for each new shape, and
-    the memory of those is not given back. Here shapes change with every batch (B sentences, the
-    packed GRU's per-step sizes, B x S keys). Default bf16 runs, resident MB at updates 0 / 100 / 200:
-    with only the loss's rows padded 549 / 1,812 / 1,912; with this too 550 / 1,112 / 1,121. Training's
-    output layer (about a third of an update's FLOPs, seq2seq.training.losses.ROWS) stays in bf16.
-    """
-    on_cpu = like.device.type == "cpu" and torch.is_autocast_enabled("cpu")
-    return torch.autocast("cpu", enabled=False) if on_cpu else contextlib.nullcontext()
-
-
-def _steps_deferred(like: Tensor) -> bool:
-    """Whether teacher forcing steps through `seq2seq.models.deferred`: when a CPU computes
-    gradients in fp32 (autocast off, as `_fp32_on_cpu` leaves it), eagerly. GPUs, and compiled
-    code, keep the modules (`attend_and_update`)."""
-    return (
-        like.device.type == "cpu"
-        and torch.is_grad_enabled()
-        and not torch.is_autocast_enabled("cpu")
-        and not torch.compiler.is_compiling()
-    )

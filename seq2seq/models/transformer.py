@@ -27,7 +27,6 @@ import math
 import torch
 from torch import Tensor, nn
 
-from seq2seq.models.dropout import Dropout
 from seq2seq.models.interface import Seq2Seq, State
 from seq2seq.models.transformer_layers import (
     POSITIONS,
@@ -76,7 +75,7 @@ class TransformerSeq2Seq(Seq2Seq):
         self.enc_norm = nn.Identity() if post_ln else nn.LayerNorm(d_model)
         self.dec_norm = nn.Identity() if post_ln else nn.LayerNorm(d_model)
         self.positions = PositionalEncoding(d_model, max_len)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         self.generator = nn.Linear(d_model, vocab_size)
         for module in self.modules():
             if isinstance(module, nn.Linear):

@@ -11,7 +11,6 @@ import math
 import torch
 from torch import Tensor, nn
 
-from seq2seq.models.dropout import Dropout
 from seq2seq.models.multihead import MultiHeadAttention
 
 POSITIONS = 1024  # rows of the positional table: the longest sequence, EOS or BOS included
@@ -42,7 +41,7 @@ class PositionalEncoding(nn.Module):
 def feed_forward(d_model: int, ff_size: int, dropout: float) -> nn.Sequential:
     """W_2 Dropout(ReLU(W_1 x)): (..., H) -> (..., F) -> (..., H)."""
     return nn.Sequential(
-        nn.Linear(d_model, ff_size), nn.ReLU(), Dropout(dropout), nn.Linear(ff_size, d_model)
+        nn.Linear(d_model, ff_size), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ff_size, d_model)
     )
 
 
@@ -63,7 +62,7 @@ class _Layer(nn.Module):
         self.self_attn = MultiHeadAttention(d_model, heads, attn_dropout)
         self.ff = feed_forward(d_model, ff_size, dropout)
         self.norm_self, self.norm_ff = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         self.post_ln = post_ln
 
     def sublayer_input(self, x: Tensor, norm: nn.LayerNorm) -> Tensor:

@@ -15,10 +15,18 @@ the server ran batches of 14-16 and of 1-2 in turn; with it, nearly all of 16 (d
 One client sending alone never waits: its queue already holds as many as the batch before. A lone
 request after a busy spell waits at most the LINGER share of the last batch's time, once.
 
-The queue is bounded in sentences (`max_queue`): a request that would overflow it is refused at
-once with `Busy`, which the server answers with 503, rather than left to wait without bound behind
-work the server cannot finish in time. A request whose caller gave up (its `Future` cancelled, say
-because the client disconnected) is dropped from the queue unrun.
+The queue is bounded in sentences (`max_queue`) and in work (`max_queue_work`, summed `Cost.work`
+of the waiting jobs): a request that would overflow it is refused at once with `Busy`, which the
+server answers with 503, rather than left to wait without bound behind work the server cannot
+finish in time. A batch is bounded the same way: the worker merges jobs only while their summed
+cost stays within `max_cost` (the budget of one request), so many small requests never make one
+call longer than the largest request the server takes. A request whose caller gave up (`abandon`)
+is dropped from the queue unrun.
+
+A running batch cannot be interrupted from outside, so `run` gets a `check` to call between the
+model's steps: it raises `Stopped` once the batch has run `max_seconds` (TimedOut), once every job
+in it has been abandoned (Abandoned), or once the server is shutting down (ShuttingDown). `stop`
+refuses every queued job at once with ShuttingDown and makes the running batch's next check end it.
 """
 
 import threading
@@ -28,8 +36,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-# run(key, items) -> one output per item, in order: the model's work on one batch
-Run = Callable[[Hashable, list[Any]], list[Any]]
+from seq2seq.serving.budget import Cost
+
+Check = Callable[[], None]  # raises Stopped to end the batch that calls it
+# run(key, items, check) -> one output per item, in order: the model's work on one batch
+Run = Callable[[Hashable, list[Any], Check], list[Any]]
 
 # A batch that would be smaller than the one before waits for more requests, at most this fraction
 # of the time the one before took (see the module docstring).
@@ -40,13 +51,32 @@ class Busy(Exception):
     """The queue has no room for a request: the caller should try again later."""
 
 
+class Stopped(Exception):
+    """A job that was not run to its end; the message says why, for the client."""
+
+
+class TimedOut(Stopped):
+    """Its batch ran past `max_seconds`."""
+
+
+class Abandoned(Stopped):
+    """Every client of its batch had gone."""
+
+
+class ShuttingDown(Stopped):
+    """The server is stopping: queued jobs are refused, the running batch is ended."""
+
+
 @dataclass(eq=False)
 class Job:
     """One request: its `items` (sentences, or (sentence, reference) pairs) share one `key`."""
 
     key: Hashable
     items: list[Any]
+    cost: Cost = field(default_factory=Cost)
     future: Future = field(default_factory=Future)  # resolves to one output per item
+    gone: bool = False  # its caller has given up (Batcher.abandon)
+    since: float = field(default_factory=time.monotonic)  # when it was queued
 
 
 class Batcher:
@@ -58,16 +88,29 @@ class Batcher:
         max_batch: the most items one call of `run` gets; a job may hold no more.
         max_queue: the most items waiting (not yet taken by the worker); at least `max_batch`, so
             every job fits into an empty queue.
+        max_cost: the most one batch may cost (summed over its jobs); a job may cost no more.
+            None: no bound.
+        max_queue_work: the most `Cost.work` waiting; None: no bound.
+        max_seconds: how long one batch may run before its `check` raises TimedOut, and how long
+            a job may wait in the queue before it is refused with TimedOut unrun.
     """
 
-    def __init__(self, run: Run, max_batch: int, max_queue: int, name: str = "batcher") -> None:
+    def __init__(
+        self, run: Run, max_batch: int, max_queue: int, name: str = "batcher",
+        max_cost: Cost | None = None, max_queue_work: int | None = None,
+        max_seconds: float = float("inf"),
+    ) -> None:  # fmt: skip
         if not 1 <= max_batch <= max_queue:
             raise ValueError(f"need 1 <= max_batch <= max_queue, got {max_batch}, {max_queue}")
         self.run, self.max_batch, self.max_queue = run, max_batch, max_queue
+        self.max_cost, self.max_queue_work, self.max_seconds = max_cost, max_queue_work, max_seconds
         self._jobs: list[Job] = []  # oldest first
         self._queued = 0  # items in self._jobs
+        self._queued_work = 0  # their summed Cost.work
         self._changed = threading.Condition()
-        self._closed = False
+        self._closed = False  # no new jobs; the worker ends once the queue is empty
+        self._stopping = False  # the running batch ends at its next check
+        self._running: list[Job] = []  # the batch being run
         self._worker = threading.Thread(target=self._work, name=name, daemon=True)
         self._worker.start()
 
@@ -77,23 +120,53 @@ class Batcher:
         with self._changed:
             return self._queued
 
-    def submit(self, key: Hashable, items: list[Any]) -> Future:
+    def submit(self, key: Hashable, items: list[Any], cost: Cost | None = None) -> Future:
         """Queue `items` under `key`; the Future gives `run`'s outputs for them. Raises Busy when the
-        queue has no room, ValueError for a job over `max_batch` or an empty one."""
+        queue has no room, ShuttingDown once stopped, ValueError for a job over `max_batch` or
+        `max_cost`, or an empty one."""
         if not 1 <= len(items) <= self.max_batch:
             raise ValueError(f"a job holds 1 to {self.max_batch} items, got {len(items)}")
-        job = Job(key, list(items))
+        job = Job(key, list(items), cost or Cost())
+        if self.max_cost is not None and not _fits(job.cost, self.max_cost):
+            raise ValueError(f"a job costs at most {self.max_cost}, got {job.cost}")
         with self._changed:
+            if self._stopping:
+                raise ShuttingDown("the server is shutting down")
             if self._closed:
                 raise RuntimeError("the batcher is closed")
             if self._queued + len(items) > self.max_queue:
                 waiting = f"{self._queued} of {self.max_queue} sentences already queued"
                 raise Busy(f"{waiting}, no room for {len(items)} more")
+            work = self._queued_work + job.cost.work
+            if self.max_queue_work is not None and work > self.max_queue_work and self._jobs:
+                waiting = f"{self._queued_work / 1e6:,.0f} ms of work already queued"
+                raise Busy(f"{waiting}, no room for {job.cost.work / 1e6:,.0f} ms more")
             self._jobs.append(job)
             self._queued += len(items)
+            self._queued_work += job.cost.work
             self._changed.notify()
         job.future.add_done_callback(lambda _: self._forget(job))
         return job.future
+
+    def abandon(self, future: Future) -> None:
+        """Its caller has gone: a queued job leaves the queue; a running one counts as gone, and a
+        batch whose jobs have all gone ends at its next check."""
+        with self._changed:
+            for job in self._running:
+                if job.future is future:
+                    job.gone = True
+        future.cancel()  # a job still queued: cancelled, and _forget takes it out
+
+    def stop(self) -> None:
+        """Refuse new jobs and every queued one (ShuttingDown), and end the running batch at its
+        next check. Safe from any thread (a signal handler's included)."""
+        with self._changed:
+            self._closed = self._stopping = True
+            refused, self._jobs, self._queued, self._queued_work = self._jobs, [], 0, 0
+            self._changed.notify()
+        for job in refused:
+            if job.future.set_running_or_notify_cancel():
+                job.future.set_exception(ShuttingDown("the server is shutting down"))
 
     def close(self, timeout: float = 10.0) -> None:
         """Refuse new jobs, let the worker finish the queued ones, and wait for it (`timeout` s)."""
@@ -109,6 +182,7 @@ class Batcher:
                 if job in self._jobs:
                     self._jobs.remove(job)
                     self._queued -= len(job.items)
+                    self._queued_work -= job.cost.work
 
     def _work(self) -> None:
         last_size, last_seconds = 0, 0.0  # the batch before: its sentences and its run time
@@ -127,31 +201,72 @@ class Batcher:
                 batch = self._take()
             if batch:
                 start = time.monotonic()
-                self._run(batch)
+                with self._changed:
+                    self._running = batch
+                self._run(batch, start)
+                with self._changed:
+                    self._running = []
                 last_size = sum(len(job.items) for job in batch)
                 last_seconds = time.monotonic() - start
 
     def _take(self) -> list[Job]:
         """Remove and return the oldest job and the later ones with its key, up to `max_batch`
-        items; jobs cancelled while they waited are removed and left out. Holds the lock."""
-        key, size, taken, left = self._jobs[0].key, 0, [], []
+        items and `max_cost`; jobs cancelled while they waited are removed and left out, and
+        those that waited past `max_seconds` are refused. Holds the lock."""
+        now, expired, waiting = time.monotonic(), [], []
+        for job in self._jobs:  # waited past max_seconds: refused rather than run late
+            (expired if now - job.since > self.max_seconds else waiting).append(job)
+        for job in expired:
+            self._queued -= len(job.items)
+            self._queued_work -= job.cost.work
+            if job.future.set_running_or_notify_cancel():
+                job.future.set_exception(TimedOut(
+                    f"the request waited past {self.max_seconds:g} s (--max-seconds) for the "
+                    "model and was not run: try again when it is less busy"
+                ))  # fmt: skip
+        self._jobs = waiting
+        if not waiting:
+            return []
+        key, size, cost, taken, left = self._jobs[0].key, 0, Cost(), [], []
         for job in self._jobs:
             fits = job.key == key and size + len(job.items) <= self.max_batch
+            fits = fits and (
+                not taken or self.max_cost is None or _fits(cost + job.cost, self.max_cost)
+            )
             if fits or job.future.cancelled():
                 self._queued -= len(job.items)
+                self._queued_work -= job.cost.work
                 if job.future.set_running_or_notify_cancel():  # False: cancelled, drop it
                     taken.append(job)
                     size += len(job.items)
+                    cost += job.cost
             else:
                 left.append(job)
         self._jobs = left
         return taken
 
-    def _run(self, batch: list[Job]) -> None:
+    def _check(self, batch: list[Job], start: float) -> Check:
+        """The `check` one batch's `run` calls between steps (module docstring)."""
+        deadline = start + self.max_seconds
+
+        def check() -> None:
+            if self._stopping:
+                raise ShuttingDown("the server is shutting down")
+            if all(job.gone for job in batch):
+                raise Abandoned("every client of this batch has gone")
+            if time.monotonic() > deadline:
+                raise TimedOut(
+                    f"the model's batch ran past {self.max_seconds:g} s (--max-seconds) and was "
+                    "stopped: send fewer or shorter sentences, or try again when it is less busy"
+                )
+
+        return check
+
+    def _run(self, batch: list[Job], start: float) -> None:
         """One call of `run` for the jobs of `batch`; its outputs (or its error) go to each job."""
         items = [item for job in batch for item in job.items]
         try:
-            outputs = self.run(batch[0].key, items)
+            outputs = self.run(batch[0].key, items, self._check(batch, start))
         except Exception as err:  # the worker outlives any one batch; its callers get the error
             for job in batch:
                 job.future.set_exception(err)
@@ -160,3 +275,7 @@ class Batcher:
         for job in batch:
             job.future.set_result(outputs[start : start + len(job.items)])
             start += len(job.items)
+
+
+def _fits(cost: Cost, most: Cost) -> bool:
+    return cost.work <= most.work and cost.memory <= most.memory

@@ -15,6 +15,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import torch
+from torch import Tensor
+
 from seq2seq.decoding.search_config import SearchConfig
 from seq2seq.errors import UserError
 
@@ -33,15 +36,42 @@ class Limits:
     max_chars: int = _limit(1000, "characters read of a sentence or reference; the rest is cut")
     max_beam: int = _limit(16, "the largest beam (and n-best) a request may ask for")
     max_work: int = _limit(
-        20_000_000,
-        "attention cells one request may cost, summed over its sentences and models: source "
-        "subwords x output limit x (beam + hypotheses whose attention is sent back)",
+        3000,
+        "work one request may cost, in milliseconds of one thread of the CPU the estimate was "
+        "fitted on, summed over its sentences and models (docs/guides/serving.md); also the most one "
+        "batch of the model holds",
+    )
+    max_memory: int = _limit(
+        300, "MB one request (and one batch) may hold at once: kept weights, caches, the answer"
+    )
+    max_output: int = _limit(200, "the longest output in subwords (EOS included) the server writes")
+    max_seconds: float = _limit(
+        10.0,
+        "seconds one batch may run, and one request wait in the queue; past them the batch is "
+        "stopped (or the request left unrun) and its requests get 503",
+    )
+    max_queue_work: int = _limit(
+        6000, "work waiting per model (ms, as --max-work); a request past it gets 503 busy"
     )
 
     def __post_init__(self) -> None:
-        for name in ("max_batch", "max_chars", "max_beam", "max_work"):
+        # a queue holding less work than one request still takes one when it is empty
+        for name in (
+            "max_batch",
+            "max_chars",
+            "max_beam",
+            "max_work",
+            "max_memory",
+            "max_queue_work",
+        ):
             if getattr(self, name) < 1:
                 raise UserError(f"`{name}` must be at least 1, got {getattr(self, name)}")
+        if self.max_output < 2:
+            raise UserError(
+                f"`max_output` must be at least 2 (a subword and EOS), got {self.max_output}"
+            )
+        if not self.max_seconds > 0:
+            raise UserError(f"`max_seconds` must be positive, got {self.max_seconds}")
         if self.max_queue < self.max_batch:
             raise UserError(
                 f"`max_queue` must be at least `max_batch` ({self.max_batch}), so that every "
@@ -63,6 +93,25 @@ MAX_DIGITS = 100
 Attention = Literal["best", "all"]
 
 
+@dataclass(frozen=True)
+class ServedSearch(SearchConfig):
+    """A search whose outputs the server caps at `max_output` subwords, EOS included (None: the
+    search's own limits only). The searches read every length limit from `limits`, so a
+    sentence at the cap ends there with EOS, as one at its ratio limit does."""
+
+    max_output: int | None = None
+
+    def limits(self, src_lens: Tensor) -> Tensor:
+        """SearchConfig's limits, none past `max_output`. (B,) -> (B,)."""
+        limits = super().limits(src_lens)  # (B,)
+        return limits if self.max_output is None else limits.clamp(max=self.max_output)
+
+    def capped(self, source: int) -> bool:
+        """Whether the cap is below the search's own limit for a source of `source` subwords."""
+        own = int(super().limits(torch.tensor([source]))[0])
+        return self.max_output is not None and self.max_output < own
+
+
 class RequestError(Exception):
     """A request the server will not run: `status` is the HTTP status of the answer."""
 
@@ -76,7 +125,7 @@ class TranslateRequest:
     """POST /api/translate: `sentences` (cut to `max_chars`), searched with `search` by `models`."""
 
     sentences: list[str]
-    search: SearchConfig
+    search: ServedSearch
     alignments: bool
     attention: Attention  # "best": only the best hypothesis's matrices; "all": every n-best one's
     models: list[str]
@@ -164,7 +213,7 @@ def translate_request(body: dict[str, Any], limits: Limits, names: list[str]) ->
     attention = body.get("attention", "best")
     if attention not in ("best", "all"):
         raise RequestError(422, f'attention must be "best" or "all", got {_shown(attention)}')
-    search = SearchConfig(beam=beam, nbest=nbest)
+    search = ServedSearch(beam=beam, nbest=nbest, max_output=limits.max_output)
     models = _models(body, names)
     return TranslateRequest(sentences, search, alignments, attention, models, notes)
 

@@ -29,11 +29,15 @@ sentence gave 28.7 sentences/s instead of 48.0, of sixteen 130.2 instead of 198.
 
 import asyncio
 import logging
+import queue
+import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from importlib.resources import files
 from typing import Any
 
@@ -46,9 +50,10 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from seq2seq.decoding.translator import Translator
-from seq2seq.serving.answers import encode_answer, run_batch
-from seq2seq.serving.batcher import Batcher, Busy
-from seq2seq.serving.budget import align_work, check_work, translate_work
+from seq2seq.serving.answers import encode_answer, release_memory, run_batch
+from seq2seq.serving.batcher import Batcher, Busy, Check, Stopped
+from seq2seq.serving.budget import MB, MS, Cost, align_costs, check_cost, translate_costs
+from seq2seq.serving.hosts import HostCheck, known_names
 from seq2seq.serving.requests import (
     Limits,
     RequestError,
@@ -59,6 +64,8 @@ from seq2seq.serving.requests import (
 )
 
 CLIENT_GONE = 499  # nginx's status for "the client closed the connection"; nobody reads it
+STOP_SECONDS = 3.0  # how long shutdown waits for the models' workers and the torch thread
+TRIM_BYTES = 1 << 20  # answers larger than this give the allocator's freed memory back after them
 log = logging.getLogger(__name__)
 
 
@@ -66,18 +73,34 @@ class TorchThread:
     """The one thread that runs the server's torch calls (the module docstring says why). Calls
     from any thread wait for their turn; one call runs at a time, so the models of a server take
     turns (on a CPU they share the same cores anyway), and `warnings.catch_warnings`, which swaps
-    process-wide state and is not thread-safe before Python 3.14, is only used from here."""
+    process-wide state and is not thread-safe before Python 3.14, is only used from here. The
+    thread is a daemon: a process that stops does not wait for a call with no check in it (a long
+    source being encoded on a busy machine) beyond `close`'s timeout."""
 
     def __init__(self) -> None:
-        # one worker, kept until close(): the same thread runs every call
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch")
+        self._calls: queue.SimpleQueue = queue.SimpleQueue()  # (future, fn, args), None: stop
+        self._thread = threading.Thread(target=self._serve, name="torch", daemon=True)
+        self._thread.start()
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """`fn(*args)` on the torch thread, after the calls before it; its result or its error."""
-        return self._pool.submit(fn, *args).result()
+        future: Future = Future()
+        self._calls.put((future, fn, args))
+        return future.result()
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)
+    def close(self, timeout: float | None = None) -> None:
+        """Stop after the calls already made; wait for that at most `timeout` seconds."""
+        self._calls.put(None)
+        self._thread.join(timeout)
+
+    def _serve(self) -> None:
+        while (call := self._calls.get()) is not None:
+            future, fn, args = call
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as err:  # the caller gets it; the thread goes on
+                    future.set_exception(err)
 
 
 @dataclass
@@ -104,30 +127,47 @@ def build_app(
     limits: Limits,
     torch_thread: TorchThread | None = None,
     allow_origins: Sequence[str] = (),
+    hosts: frozenset[str] = known_names("127.0.0.1"),
 ) -> FastAPI:
     """The server's app over `translators` (name -> Translator), each run on `torch_thread` (the
     thread that loaded them, say; a new one when None), which the app closes when it stops. Pages
-    from `allow_origins` (`https://example.org`) may call the API from a browser (CORS)."""
+    from `allow_origins` (`https://example.org`) may call the API from a browser (CORS); requests
+    whose Host is not one of `hosts` get 400 (seq2seq.serving.hosts). `app.state.stop()` refuses
+    what is queued and ends the running batches (what scripts/serve.py calls on SIGTERM)."""
     runner = torch_thread or TorchThread()
+    budget = Cost(limits.max_work * MS, limits.max_memory * MB)
+
+    def run(translator: Translator, key: Hashable, items: list[Any], check: Check) -> list[Any]:
+        return runner.call(run_batch, translator, key, items, check)
+
     served = {
         name: ServedModel(name, translator, Batcher(
-            lambda key, items, t=translator: runner.call(run_batch, t, key, items),
-            limits.max_batch, limits.max_queue, name=f"serve-{name}",
+            partial(run, translator), limits.max_batch, limits.max_queue, name=f"serve-{name}",
+            max_cost=budget, max_queue_work=limits.max_queue_work * MS,
+            max_seconds=limits.max_seconds,
         ))
         for name, translator in translators.items()
     }  # fmt: skip
     names = list(served)
     page = files("seq2seq.serving").joinpath("page.html").read_text("utf-8")
 
+    def stop() -> None:
+        for model in served.values():
+            model.batcher.stop()
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
-        for model in served.values():  # finish what was queued; refuse the rest
-            await asyncio.to_thread(model.batcher.close)
-        await asyncio.to_thread(runner.close)
+        stop()  # refuse what is queued; the running batch ends at its next check
+        deadline = time.monotonic() + STOP_SECONDS  # for all of them together
+        for model in served.values():
+            await asyncio.to_thread(model.batcher.close, max(0, deadline - time.monotonic()))
+        await asyncio.to_thread(runner.close, max(0, deadline - time.monotonic()))
 
     app = FastAPI(title="seq2seq", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.stop = stop
     app.add_middleware(AnswerInternalErrors)
+    app.add_middleware(HostCheck, names=hosts)  # outside the others: a foreign Host gets nothing
     if allow_origins:  # added last, so outermost: a 500 to an allowed page carries CORS too
         app.add_middleware(
             CORSMiddleware, allow_origins=list(allow_origins), allow_methods=["GET", "POST"],
@@ -147,35 +187,42 @@ def build_app(
         asked = translate_request(await read_json(request, limits), limits, names)
         attended = asked.search.nbest if asked.attention == "all" else 1
         chosen = [served[name].translator for name in asked.models]
-        work = await run_in_threadpool(
-            translate_work, chosen, asked.sentences, asked.search, attended
+        costs = await run_in_threadpool(
+            translate_costs, chosen, asked.sentences, asked.search, attended
         )  # sentencepiece, a few ms for a long request: off the loop
-        check_work(work, limits)
+        check_cost(costs, limits)
         key = ("translate", asked.search, asked.alignments, asked.attention)
-        return await answer(request, asked.models, key, asked.sentences, asked.warnings)
+        return await answer(request, asked.models, key, asked.sentences, costs, asked.warnings)
 
     @app.post("/api/align")
     async def align(request: Request) -> Response:
         asked = align_request(await read_json(request, limits), limits, names)
         chosen = [served[name].translator for name in asked.models]
-        work = await run_in_threadpool(align_work, chosen, asked.sentences, asked.references)
-        check_work(work, limits)
+        costs = await run_in_threadpool(align_costs, chosen, asked.sentences, asked.references)
+        check_cost(costs, limits)
         pairs = list(zip(asked.sentences, asked.references, strict=True))
-        return await answer(request, asked.models, ("align",), pairs, asked.warnings)
+        return await answer(request, asked.models, ("align",), pairs, costs, asked.warnings)
 
     async def answer(
-        request: Request, chosen: list[str], key: Hashable, items: list[Any], notes: list[str]
-    ) -> Response:
+        request: Request, chosen: list[str], key: Hashable, items: list[Any], costs: list[Cost],
+        notes: list[str],
+    ) -> Response:  # fmt: skip
         """Queue `items` for each chosen model and answer with all their results."""
-        futures: list[Future] = []
+        jobs: list[tuple[Batcher, Future]] = []
         try:
-            for name in chosen:
-                futures.append(served[name].batcher.submit(key, items))
-        except Busy as err:
-            for future in futures:  # all models or none
-                future.cancel()
-            return error(503, f"busy: {err}; try again shortly", {"Retry-After": "1"})
-        outputs = await wait_unless_gone(request, futures)
+            for name, cost in zip(chosen, costs, strict=True):
+                batcher = served[name].batcher
+                jobs.append((batcher, batcher.submit(key, items, cost)))
+        except (Busy, Stopped) as err:
+            for batcher, future in jobs:  # all models or none
+                batcher.abandon(future)
+            if isinstance(err, Busy):
+                return error(503, f"busy: {err}; try again shortly", {"Retry-After": "1"})
+            return stopped(request, err)
+        try:
+            outputs = await wait_unless_gone(request, jobs)
+        except Stopped as err:
+            return stopped(request, err)
         if outputs is None:
             return Response(status_code=CLIENT_GONE)
         body = await run_in_threadpool(render, chosen, outputs, notes)  # not on the event loop
@@ -197,13 +244,26 @@ def build_app(
 
 
 def render(chosen: list[str], outputs: list[list[Any]], notes: list[str]) -> bytes:
-    """The answer's JSON from each chosen model's (result, warnings) per item; in a worker thread."""
+    """The answer's JSON from each chosen model's (result, warnings) per item; in a worker thread.
+    After a large answer, the memory it took goes back to the system."""
     warned = list(notes)
     for name, output in zip(chosen, outputs, strict=True):
         for i, (_, details) in enumerate(output):
             warned += [f"{name}: sentences[{i}]: {detail}" for detail in details]
     results = {name: [d for d, _ in out] for name, out in zip(chosen, outputs, strict=True)}
-    return encode_answer(results, warned)
+    body = encode_answer(results, warned)
+    del results, outputs[:]
+    if len(body) > TRIM_BYTES:
+        release_memory()
+    return body
+
+
+def stopped(request: Request, err: Exception) -> JSONResponse:
+    """503 for a request that was refused or ended unrun (`Stopped`), with a request id."""
+    request_id = uuid.uuid4().hex[:12]
+    log.warning("request %s: %s %s: %s", request_id, request.method, request.url.path, err)
+    message = f"{err} (request id {request_id})"
+    return error(503, message, {"X-Request-ID": request_id, "Retry-After": "1"})
 
 
 class AnswerInternalErrors:
@@ -228,6 +288,17 @@ class AnswerInternalErrors:
 
         try:
             await self.app(scope, receive, sending)
+        except asyncio.CancelledError:  # the server stopped waiting for it (its shutdown timed out)
+            if started:
+                raise
+            request_id = uuid.uuid4().hex[:12]
+            log.warning("request %s: %s %s: cancelled", request_id, scope["method"], scope["path"])
+            message = (
+                f"the server is shutting down: the request was not finished (request id "
+                f"{request_id})"
+            )
+            answer = error(503, message, {"X-Request-ID": request_id})
+            await answer(scope, receive, send)  # not Starlette's plain-text 500
         except Exception:
             request_id = uuid.uuid4().hex[:12]
             log.exception("request %s: %s %s failed", request_id, scope["method"], scope["path"])
@@ -263,20 +334,40 @@ async def read_body(request: Request, limits: Limits) -> bytes:
     return bytes(body)
 
 
-async def wait_unless_gone(request: Request, futures: list[Future]) -> list[Any] | None:
-    """The futures' results, or None (and the futures cancelled) if the client disconnects first."""
-    results = asyncio.gather(*(asyncio.wrap_future(future) for future in futures))
+async def wait_unless_gone(
+    request: Request, jobs: list[tuple[Batcher, Future]]
+) -> list[Any] | None:
+    """The jobs' results (the first error raised), or None if the client disconnects first: then
+    each job is abandoned (a queued one leaves its queue; a batch whose clients have all gone
+    ends at its next check). No asyncio future is left holding an error nobody reads."""
+    waiting = [asyncio.wrap_future(future) for _, future in jobs]
     gone = asyncio.ensure_future(_disconnected(request))
     try:
-        await asyncio.wait({results, gone}, return_when=asyncio.FIRST_COMPLETED)
+        pending: set[asyncio.Future] = set(waiting)
+        while pending and not gone.done():
+            done, pending = await asyncio.wait(
+                pending | {gone}, return_when=asyncio.FIRST_COMPLETED
+            )
+            pending.discard(gone)
+            if any(_failed(f) for f in done if f is not gone):
+                break  # the first error is the answer
     finally:
         gone.cancel()
-    if results.done():
-        return results.result()
-    for future in futures:  # still queued: dropped unrun; being run: its result is thrown away
-        future.cancel()
-    results.cancel()
+    failed = [w.exception() for w in waiting if _failed(w)]
+    if not failed and all(w.done() and not w.cancelled() for w in waiting):
+        return [w.result() for w in waiting]
+    for wrapped in waiting:  # no effect on a done one; a pending one stops waiting
+        wrapped.cancel()
+    for batcher, future in jobs:
+        batcher.abandon(future)
+    if failed:
+        raise failed[0]
     return None
+
+
+def _failed(future: asyncio.Future) -> bool:
+    """Done with an error (which this reads, so nothing logs it as never retrieved)."""
+    return future.done() and not future.cancelled() and future.exception() is not None
 
 
 async def _disconnected(request: Request) -> None:

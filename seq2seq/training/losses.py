@@ -22,8 +22,8 @@ from seq2seq.models.interface import Seq2Seq
 CHUNK_LOGITS = 1 << 22
 # Each chunk's row count is rounded up to a multiple of ROWS with zero rows that get no loss. Under
 # bf16 autocast on a CPU every new shape of a matmul is a oneDNN primitive whose memory is not given
-# back (see seq2seq.models.rnn._fp32_on_cpu for the rest of the story); this way at most
-# rows_per_chunk / ROWS shapes occur.
+# back (see seq2seq.models.kernels.decoder.Fp32RecurrenceRNN for the rest of the story); this way
+# at most rows_per_chunk / ROWS shapes occur.
 ROWS = 64
 # The chunks' buffers, kept from one call to the next by (name, columns, dtype, device): each new
 # buffer would be fresh pages, a page fault apiece on first write (about 2 ms a MB on a 2-core EPYC

@@ -22,6 +22,7 @@ from seq2seq.alignment.stats import means, recorded_scores, row_sums, stacked_sc
 from seq2seq.data.tokenizer import EOS, UNK, Tokenizer
 from seq2seq.decoding.search import SearchConfig, translate_batch
 from seq2seq.models.interface import Seq2Seq
+from seq2seq.models.kernels import accelerate
 from seq2seq.training.losses import alignment_loss, batch_loss
 from seq2seq.training.metrics import corpus_bleu, perplexity
 
@@ -78,7 +79,7 @@ class TranslationSystem(L.LightningModule):
         val_length_penalty: alpha of the GNMT length penalty of that beam search.
         word_dropout: probability that a training batch's source or target-input subword is read as
             <unk> (`word_dropout`); 0 leaves batches as they are.
-        compile: run the GRU decoder's loops compiled (seq2seq.models.fast.CompiledRNN).
+        compile: run the GRU decoder's loops compiled (seq2seq.models.kernels.compiled).
         corpus: what the model trains on (dataset, data_dir, src, tgt), kept in checkpoints so that
             `evaluate.py --split` finds the same corpus.
         guided_alignment_weight, guided_alignment_cost: the weight and cost ("ce", "mse") of the
@@ -106,15 +107,11 @@ class TranslationSystem(L.LightningModule):
         super().__init__()
         self.save_hyperparameters(ignore=["model", "tokenizer"])
         self.model, self.tokenizer = model, tokenizer
-        # Compiled decoder loops (seq2seq.models.fast) for the loss and validation search. A plain object, not
-        # a submodule: the weights, the checkpoint and the heatmaps' CPU copy stay the model's.
-        self.fast = None
-        if compile:
-            from seq2seq.models.fast import (
-                CompiledRNN,  # imports torch's compiler: only when asked for
-            )
-
-            self.fast = CompiledRNN(model)
+        # The model's kernels plugged in, in place (seq2seq.models.kernels); with `compile`, its
+        # decoder loops compiled for the loss and validation search too. A plain object, not a
+        # submodule: the weights, the checkpoint and the heatmaps' CPU copy stay the model's.
+        runner = accelerate(model, compile=compile)
+        self.compiled = runner if compile else None
         self.val_search = SearchConfig(beam=val_beam, length_penalty=val_length_penalty)
         self._val_outputs: list[tuple[int, str]] = []
         self._val_sums = torch.zeros(6, dtype=torch.float64)  # nll, tokens, then `row_sums`
@@ -125,11 +122,11 @@ class TranslationSystem(L.LightningModule):
 
     def forward(self, batch: dict[str, Tensor]) -> list[str]:
         """Inference: translations of a batch (beam `val_beam`), detokenized, in batch order."""
-        hyps = translate_batch(self.fast or self.model, batch, self.val_search)
+        hyps = translate_batch(self.compiled or self.model, batch, self.val_search)
         return [self.tokenizer.decode(ids) for ids in hyps.tokens]
 
     def _shared_step(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        return batch_loss(self.fast or self.model, batch, self.hparams.label_smoothing)
+        return batch_loss(self.compiled or self.model, batch, self.hparams.label_smoothing)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         """The batch's loss SUM (plus weight x the guided-alignment sum when the batch has links);
@@ -197,7 +194,7 @@ class TranslationSystem(L.LightningModule):
             [torch.stack([nll_sum.double(), tokens.double()]).detach().cpu(), rows]
         )
         # The same search code as evaluate.py, so validation BLEU is the BLEU a user will measure.
-        hyps = translate_batch(self.fast or self.model, batch, self.val_search)
+        hyps = translate_batch(self.compiled or self.model, batch, self.val_search)
         for index, ids in zip(batch["index"].tolist(), hyps.tokens, strict=True):
             self._val_outputs.append((index, self.tokenizer.decode(ids)))
 

@@ -1,4 +1,5 @@
-"""Compiled decoding (seq2seq.models.fast): the same losses, gradients and searches as the eager model."""
+"""Compiled decoding (seq2seq.models.kernels.compiled): the same losses, gradients and searches as the
+eager model with its kernels."""
 
 import pytest
 import torch
@@ -7,7 +8,8 @@ from torch import Tensor, nn
 from seq2seq.data.tokenizer import BOS, EOS
 from seq2seq.decoding.search import SearchConfig, beam_search, greedy_search
 from seq2seq.models.attention import lengths_to_mask
-from seq2seq.models.fast import CompiledRNN, bucket, chunk_sizes
+from seq2seq.models.kernels import accelerate
+from seq2seq.models.kernels.compiled import CompiledRNN, bucket, chunk_sizes
 from seq2seq.models.rnn import RNNSeq2Seq
 from seq2seq.models.transformer import TransformerSeq2Seq
 from seq2seq.training.losses import batch_loss
@@ -20,7 +22,7 @@ def tiny_model(seed: int = 0) -> RNNSeq2Seq:
     torch.manual_seed(seed)
     model = RNNSeq2Seq(V, emb_size=8, hidden_size=12, dropout=0.0, tie_embeddings=False)
     nn.init.normal_(model.generator.weight, std=1.0)
-    return model
+    return accelerate(model)  # the kernels the compiled loops run, as in training
 
 
 def tiny_batch(src_lens: list[int], tgt_lens: list[int], seed: int = 1) -> dict[str, Tensor]:
@@ -47,14 +49,14 @@ def loss_and_grads(
 
 
 def assert_same_training(
-    model: RNNSeq2Seq, fast: CompiledRNN, batch: dict[str, Tensor], atol: float = 1e-6
+    model: RNNSeq2Seq, compiled: CompiledRNN, batch: dict[str, Tensor], atol: float = 1e-6
 ) -> None:
     loss, weights, grads = loss_and_grads(model, model, batch)
-    fast_loss, fast_weights, fast_grads = loss_and_grads(model, fast, batch)
-    torch.testing.assert_close(fast_loss, loss, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(fast_weights, weights, rtol=1e-5, atol=atol)
-    for fast_grad, grad in zip(fast_grads, grads, strict=True):
-        torch.testing.assert_close(fast_grad, grad, rtol=1e-4, atol=atol)
+    compiled_loss, compiled_weights, compiled_grads = loss_and_grads(model, compiled, batch)
+    torch.testing.assert_close(compiled_loss, loss, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(compiled_weights, weights, rtol=1e-5, atol=atol)
+    for compiled_grad, grad in zip(compiled_grads, grads, strict=True):
+        torch.testing.assert_close(compiled_grad, grad, rtol=1e-4, atol=atol)
 
 
 def test_bucket_pads_less_than_a_quarter_and_repeats() -> None:
@@ -84,11 +86,13 @@ def test_other_models_and_chunks_are_refused() -> None:
 
 def test_wrapper_passes_for_the_model_and_stays_itself() -> None:
     model = tiny_model()
-    fast = CompiledRNN(model)
-    assert fast.to("cpu").eval() is fast and not model.training  # Translator's model.to(d).eval()
-    assert fast.train() is fast and model.training
-    assert fast.generator is model.generator and fast.max_len == model.max_len
-    assert list(fast.parameters()) == list(model.parameters())
+    compiled = CompiledRNN(model)
+    assert (
+        compiled.to("cpu").eval() is compiled and not model.training
+    )  # Translator's model.to(d).eval()
+    assert compiled.train() is compiled and model.training
+    assert compiled.generator is model.generator and compiled.max_len == model.max_len
+    assert list(compiled.parameters()) == list(model.parameters())
 
 
 @pytest.mark.parametrize("buckets", [False, True])
@@ -96,28 +100,30 @@ def test_chunked_and_padded_decoding_trains_as_eager(buckets: bool) -> None:
     # The chunks run uncompiled here (the plain loop `_unroll` falls back to), so the chunking, the
     # padding to buckets and the slicing back are checked in milliseconds; inductor's code below.
     model = tiny_model()
-    fast = CompiledRNN(model, chunk=4, buckets=buckets)
+    compiled = CompiledRNN(model, chunk=4, buckets=buckets)
     shapes = []
 
     def unroll(decoder: nn.Module, state: dict[str, Tensor], emb: Tensor) -> tuple:
         shapes.append((*emb.shape[:2], state["src_mask"].size(1)))  # (B', C, S')
         return decoder.unroll(state, emb)
 
-    fast._compiled["cpu"] = fast.compiled(torch.device("cpu"))._replace(unroll=unroll)
+    compiled._compiled["cpu"] = compiled.compiled(torch.device("cpu"))._replace(unroll=unroll)
     # 30 source positions take the eager path's recomputing scorer (over 24); 11 steps: 4, 4, 1, 1, 1.
-    assert_same_training(model, fast, tiny_batch([30, 5, 17], [11, 3, 7]))
+    assert_same_training(model, compiled, tiny_batch([30, 5, 17], [11, 3, 7]))
     # Padded: 3 rows to 8, 30 positions to 32, 11 steps to 12 (three chunks of 4).
     padded = [(8, 4, 32)] * 3 if buckets else [(3, 4, 30)] * 2 + [(3, 1, 30)] * 3
     assert shapes == padded
-    assert_same_training(model, fast, tiny_batch([9, 4], [4, 2], seed=2))
+    assert_same_training(model, compiled, tiny_batch([9, 4], [4, 2], seed=2))
 
 
 @pytest.mark.slow
 def test_inductor_decoding_trains_as_eager() -> None:
     model = tiny_model()
-    fast = CompiledRNN(model)  # one step a graph on the CPU: chunking is checked above
-    assert_same_training(model, fast, tiny_batch([7, 5, 3], [5, 2, 4]))
-    assert_same_training(model, fast, tiny_batch([9, 30, 4, 2], [3, 2, 1, 3], seed=2))  # new sizes
+    compiled = CompiledRNN(model)  # one step a graph on the CPU: chunking is checked above
+    assert_same_training(model, compiled, tiny_batch([7, 5, 3], [5, 2, 4]))
+    assert_same_training(
+        model, compiled, tiny_batch([9, 30, 4, 2], [3, 2, 1, 3], seed=2)
+    )  # new sizes
 
 
 @pytest.mark.slow
@@ -125,11 +131,11 @@ def test_inductor_search_finds_what_eager_finds() -> None:
     model = tiny_model(seed=3).eval()
     with torch.no_grad():
         model.generator.bias[EOS] = 0.5  # sentences end at different steps: beam rows shrink
-    fast = CompiledRNN(model)
+    compiled = CompiledRNN(model)
     batch = tiny_batch([7, 5, 3, 1, 6], [1] * 5, seed=4)
     args = batch["src"], batch["src_lens"], batch["src_mask"]
     for search, config in [(greedy_search, SearchConfig()), (beam_search, SearchConfig(beam=3))]:
-        expected, found = search(model, *args, config), search(fast, *args, config)
+        expected, found = search(model, *args, config), search(compiled, *args, config)
         assert found.tokens == expected.tokens
         torch.testing.assert_close(found.scores, expected.scores, rtol=1e-4, atol=1e-4)
         for got, want in zip(found.weights, expected.weights, strict=True):
@@ -140,13 +146,13 @@ def test_inductor_search_finds_what_eager_finds() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
 def test_cuda_graphs_train_and_search_as_eager() -> None:
     model = tiny_model().cuda()
-    fast = CompiledRNN(model)
+    compiled = CompiledRNN(model)
     first = {k: v.cuda() for k, v in tiny_batch([7, 5, 3], [6, 2, 5]).items()}
     second = {k: v.cuda() for k, v in tiny_batch([30, 4], [13, 3], seed=2).items()}
     for batch in (first, second, first, second, first):  # warm-up, capture, then replays
-        assert_same_training(model, fast, batch, atol=1e-5)  # GPU kernels sum in other orders
+        assert_same_training(model, compiled, batch, atol=1e-5)  # GPU kernels sum in other orders
     model.eval()
     args = first["src"], first["src_lens"], first["src_mask"]
     for search, config in [(greedy_search, SearchConfig()), (beam_search, SearchConfig(beam=3))]:
         for _ in range(3):
-            assert search(fast, *args, config).tokens == search(model, *args, config).tokens
+            assert search(compiled, *args, config).tokens == search(model, *args, config).tokens

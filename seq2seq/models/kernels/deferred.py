@@ -1,5 +1,5 @@
-"""The decoder's steps for training on a CPU, with the gradients of what every step reads taken once
-per batch.
+"""The Bahdanau decoder's steps for training on a CPU, with the gradients of what every step reads
+taken once per batch.
 
 Autograd computes the gradient of a tensor at every step that reads it, and adds it into the sum:
 - the GRU cell's W_ih and W_hh: two (3H, rows) x (rows, in) matmuls a step, and around them the
@@ -14,14 +14,10 @@ their share of the input gates, W_ie y + b_ih, is one matmul over all steps too.
 `ContextStep` keeps each step's alpha and dc in a `SourceBank`, and `SourceShared`'s backward takes
 the encoder outputs' gradient as one (B, S, T) x (B, T, H) matmul; `EnergyStep` adds its share of
 the keys' gradient into one (B, S, A) sum in place, and folds the factor w_v, equal for every step,
-in once. The arithmetic is the modules'; `tests/test_rnn.py` checks outputs and every gradient
-against them.
-
-On a 2-core AVX2 EPYC (torch 2.13, 2 threads), a training update with each of 80 batches run both
-ways back to back, the median of the per-batch ratios: the cell alone 1.6% faster than the modules
-(120 batches), the cell and the source side together 2.9% (against the modules) and 3.8% (against
-the cell alone; the spread of these pairs is about 1.5%); the embeddings' share taken out of the
-steps, 1.0% more.
+in once. The arithmetic is the modules'; tests/test_kernels_rnn.py checks outputs and every gradient
+against them (why:
+docs/results/benchmarks.md#the-decoders-steps-with-gradients-gathered-once-a-batch-on-an-avx2-cpu).
+The decoder that uses them is seq2seq.models.kernels.decoder:
 
     cell_bank = Bank(rows_per_step, batch, cell, like)
     embedded, *weights = CellWeights.apply(cell_bank, emb, w_ih, b_ih, w_hh, b_hh)   # once per batch
@@ -204,12 +200,12 @@ class SourceShared(torch.autograd.Function):
 
 
 class EnergyStep(torch.autograd.Function):
-    """The additive scores w_v^T tanh(W_q s + W_k h_j) of one step, as `AdditiveScorer` scores them.
+    """The additive scores w_v^T tanh(W_q s + W_k h_j) of one step, as `SigmoidAdditiveScorer` scores them.
 
     Args: proj_query (B', A) = 2 W_q s and proj_keys (B, S, A) = 2 W_k h from `SourceShared`, of which
     the first B' rows are scored; w_v (1, A). Returns scores (B', S). Backward returns the query's
     gradient and adds the keys' and w_v's into the bank. Sources longer than `recompute_above` keep
-    only q and recompute sigmoid(q + k) in backward, as `AdditiveEnergy` does.
+    only q and recompute sigmoid(q + k) in backward, as `seq2seq.models.kernels.additive.AdditiveEnergy` does.
     """
 
     @staticmethod

@@ -1,32 +1,33 @@
-"""The textbook path of the Bahdanau translator: the same model and weights, none of the fast paths.
+"""The Bahdanau translator's training loss written out step by step: the readable specification.
 
-`scripts/benchmark.py` times it beside `seq2seq.training.losses.batch_loss`, and tests/test_benchmark.py holds
-the two equal in loss and gradients. What it does the slow way, on purpose:
+`reference_loss` computes what `seq2seq.training.losses.batch_loss` computes for an `RNNSeq2Seq`, from
+the model's parameters and its textbook scorer, in the plainest order (DESIGN section 1):
 
-- the keys are re-projected at every decoder step (W_k h_j does not depend on t, but here it is
-  recomputed T times);
-- the readout and the output layer run inside the time loop, on every padded position;
-- the loss is a per-step cross-entropy with the padding masked out;
-- batches come from a plain random sampler of a fixed size, padded to their longest sentence.
+    h = BiGRU(emb(x))                          s_0 = tanh(W_init h_1^backward)
+    for t = 1..T:
+        e_tj = a(s_{t-1}, h_j)                 the keys projected afresh at every step
+        alpha_t = softmax(e_t) over real tokens;   c_t = sum_j alpha_tj h_j
+        s_t = GRU([emb(y_{t-1}); c_t], s_{t-1})
+        logits_t = W_g tanh(W_o [s_t; c_t; emb(y_{t-1})])   on every row, padded ones too
+        loss += label-smoothed cross-entropy of logits_t, padding masked out
 
-The decoder math is written against the model's parameters (`decoder.readout.weight`, ...) rather than
-its modules' `forward`, so a change to how the fast path computes it is checked against this one. The
-GRU update is the one exception: `torch.gru_cell` on the cell's weights, the kernel `nn.GRUCell` calls
+`scripts/benchmark.py` times it as the textbook path beside the training path with its kernels
+(seq2seq.models.kernels), and tests/test_benchmark.py holds the two equal in loss and gradients. Give it
+a model without kernels (`seq2seq.models.kernels.textbook` undoes them): the scorer is called as the
+module it is. The GRU update is `torch.gru_cell` on the cell's weights, the kernel `nn.GRUCell` calls
 (one fused kernel on CUDA), so that both paths launch the same cell and a ratio measures the rest.
 
 Dimension letters: B batch, S source length, T target length, E embedding, H hidden, V vocab.
 """
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
-from torch.utils.data import DataLoader
 
-from seq2seq.data.batching import collate
-from seq2seq.data.tokenizer import PAD
 from seq2seq.models.rnn import RNNSeq2Seq
+
+PAD = 0  # the padding id of every embedding (`padding_idx`) and of the data's batches
 
 
 def score(model: RNNSeq2Seq, query: Tensor, enc_out: Tensor) -> Tensor:
@@ -35,12 +36,7 @@ def score(model: RNNSeq2Seq, query: Tensor, enc_out: Tensor) -> Tensor:
     Args: query (B, H) the previous decoder state; enc_out (B, S, H). Returns scores (B, S).
     """
     scorer = model.decoder.scorer
-    if hasattr(scorer, "key_proj"):  # additive: w_v^T tanh(W_q q + W_k k)
-        keys = F.linear(enc_out, scorer.key_proj.weight)  # (B, S, A), every step
-        energy = torch.tanh(F.linear(query, scorer.query_proj.weight).unsqueeze(1) + keys)
-        return F.linear(energy, scorer.energy.weight).squeeze(-1)  # (B, S)
-    scores = torch.bmm(enc_out, query.unsqueeze(-1)).squeeze(-1)  # (B, S)
-    return scores * getattr(scorer, "scale", 1.0)  # scaled: / sqrt(d_k)
+    return scorer(query, scorer.project_keys(enc_out))  # (B, S)
 
 
 def reference_loss(
@@ -70,7 +66,7 @@ def reference_loss(
         alpha = scores.softmax(-1)  # (B, S)
         c = torch.bmm(alpha.unsqueeze(1), enc_out).squeeze(1)  # (B, H)
         x = torch.cat([y, c], -1)  # (B, E + H)
-        # nn.GRUCell's own kernel, as the fast path runs it: a hand-written cell would add a dozen
+        # nn.GRUCell's own kernel, as the model runs it: a hand-written cell would add a dozen
         # launches a step, and a GPU ratio would then measure those rather than the paths' work.
         s = torch.gru_cell(x, s, *gru)  # (B, H)
         o = torch.tanh(F.linear(torch.cat([s, c, y], -1), readout.weight, readout.bias))  # (B, E)
@@ -82,16 +78,3 @@ def reference_loss(
         loss_sum = loss_sum + (1.0 - label_smoothing) * nll + label_smoothing * uniform
         nll_sum = nll_sum + nll.detach()
     return loss_sum, nll_sum, tgt_mask.sum()
-
-
-def textbook_loader(dataset, batch_size: int, max_len: int, seed: int = 1) -> DataLoader:
-    """Random batches of `batch_size` pairs of a tokenized split, padded to their longest sentence.
-
-    `dataset` has columns src_ids, tgt_ids, index, src_len, tgt_len (TranslationDataModule.datasets);
-    pairs longer than `max_len` subwords are left out, as the bucketed loader does.
-    """
-    longer = np.maximum(np.asarray(dataset["src_len"][:]), np.asarray(dataset["tgt_len"][:]))
-    rows = np.flatnonzero(longer <= max_len)
-    data = dataset.select_columns(["src_ids", "tgt_ids", "index"]).select(rows)
-    gen = torch.Generator().manual_seed(seed)
-    return DataLoader(data, batch_size, shuffle=True, collate_fn=collate, generator=gen)

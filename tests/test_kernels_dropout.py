@@ -1,9 +1,10 @@
-"""The models' dropout: nn.Dropout's distribution and scaling, its mask drawn from uniform numbers."""
+"""The dropout kernel (seq2seq.models.kernels.dropout): nn.Dropout's distribution and scaling, its
+mask drawn from uniform numbers."""
 
 import pytest
 import torch
 
-from seq2seq.models.dropout import Dropout
+from seq2seq.models.kernels.dropout import UniformDropout as Dropout
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3])

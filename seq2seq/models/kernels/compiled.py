@@ -1,10 +1,11 @@
-"""The GRU translator's decoder loops, compiled: fewer, fused kernels per step, captured on a GPU.
+"""The GRU translator's decoder loops compiled (`--compile`): fewer, fused kernels a step, and on a GPU
+captured as CUDA graphs.
 
 Eager, a decoder step is a dozen small kernels (query projection, tanh, scores, masked softmax, context,
 the GRU cell's two matmuls and its gates), each launched from Python, forward and backward. On a GPU
 that leaves the device waiting on launches. `CompiledRNN` wraps an `RNNSeq2Seq` and runs
 
-- teacher forcing (`decode`) in training as a few compiled calls: the loop of `BahdanauDecoder.unroll`
+- teacher forcing (`decode`) in training as a few compiled calls: the decoder's `unroll` loop
   over chunks of `chunk` steps (single steps for the remainder), one graph forward and one backward;
 - search (`step`) as one compiled call per step: embedding, attention, GRU cell, readout, generator.
 
@@ -15,6 +16,7 @@ padded rows and steps are sliced off before anyone reads them, and the chunks' r
 On the CPU nothing is padded: the graphs are compiled once with dynamic sizes.
 
 The wrapper holds no weights; the model stays the `nn.Module` that is trained, saved and copied.
+`seq2seq.models.kernels.accelerate(model, compile=True)` makes one, after plugging in the eager kernels.
 
 Dimension letters (the table in seq2seq.models.interface): B batch, S source length, T target length,
 C steps in a chunk, E embedding, H hidden, V vocabulary.
@@ -118,8 +120,8 @@ class CompiledRNN:
         buckets: pad shapes to buckets (default: where graphs are captured, which needs it).
     """
 
-    # On the CPU the gain is the fusion within a step, which one step per graph keeps: chunks of 8
-    # trained within 2% of it and took 5x as long to compile. On a GPU a call costs a launch.
+    # On the CPU the gain is the fusion within a step, which one step per graph keeps (why:
+    # docs/results/benchmarks.md#figures-once-kept-in-the-model-code). On a GPU a call costs a launch.
     CHUNK = {"cuda": 8, "cpu": 1}
 
     def __init__(
