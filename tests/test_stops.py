@@ -197,7 +197,7 @@ def test_the_stop_signal_is_the_flag_s_and_sigterm_always_stops(tmp_path: Path) 
 
 
 def test_an_abbreviated_flag_is_refused_in_one_line_with_status_2(tmp_path: Path) -> None:
-    # docs/errors.md: argparse's refusals are one line too, `<prog>: error: <reason> (see --help)`.
+    # docs/guides/errors.md: argparse's refusals are one line too, `<prog>: error: <reason> (see --help)`.
     done = subprocess.run([sys.executable, str(TRAIN), "--scor", "additive"], cwd=tmp_path,
                           env=_env(), capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 2

@@ -215,11 +215,11 @@ def test_a_saved_study_refuses_another_spec_and_lists_its_commands(tmp_path, cap
 
 
 def test_score_curves_join_the_sittings_of_a_resumed_run(tmp_path, capsys):
-    """docs/analysis/score_curves.py: two sittings' events read as one curve per statistic, a
+    """docs/tools/score_curves.py: two sittings' events read as one curve per statistic, a
     validation the resumed sitting repeated taken from the later sitting."""
     from torch.utils.tensorboard import SummaryWriter
 
-    score_curves = load_script("score_curves", "docs/analysis")
+    score_curves = load_script("score_curves", "docs/tools")
 
     version = tmp_path / "dot-seed1" / "version_0"
     sittings = [{10: 3.0, 20: 2.5}, {20: 2.0, 30: 1.5}]  # update -> val/score_std

@@ -2,7 +2,7 @@
 boundary with `last.ckpt` written, and the script exits with `STOPPED` (never 0: that means trained).
 
 Schedulers stop a job with SIGTERM, then SIGKILL after a grace period; SLURM can be told to send
-another signal first (`#SBATCH --signal=USR1@120`, docs/clusters.md). Lightning's own handling of
+another signal first (`#SBATCH --signal=USR1@120`, docs/guides/clusters.md). Lightning's own handling of
 SIGTERM raises `SystemExit` with no status, so the job reports success with nothing saved; under DDP
 its handler runs a collective inside the signal handler; and its SLURM handler writes
 `hpc_ckpt_N.ckpt` into the working folder, which `--resume` does not read. `PoliteStop` replaces them
