@@ -226,7 +226,7 @@ def decoding(args: argparse.Namespace, dm: Any, fast: Path, device: torch.device
     """Decoding speed, measured before any path's windows: as in a process that translates only.
 
     After the textbook path's windows an older search ran 1.5x as fast as in a fresh process, which
-    is not what evaluate.py, translate.py or the server meet (docs/benchmarks.md).
+    is not what evaluate.py, translate.py or the server meet (docs/results/benchmarks.md).
     """
     from seq2seq.decoding.translator import Translator
 

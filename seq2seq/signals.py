@@ -36,6 +36,25 @@ def _put_back(handlers: dict) -> None:
 
 
 @contextlib.contextmanager
+def held(signals: Iterable[int]) -> Iterator[None]:
+    """Block `signals` inside the block (this thread); one that comes meanwhile is delivered, to
+    whatever handler is then in place, as the block ends."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, list(signals))
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def default_stops() -> None:
+    """In a child between fork and exec (a `preexec_fn`): the stop signals get their default action
+    and are unblocked, so a child started under `held(STOPS)` does not keep them blocked."""
+    for signum in STOPS:
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
+
+
+@contextlib.contextmanager
 def handling(signals: Iterable[int], handler: Handler | int) -> Iterator[dict]:
     """Install `handler` for `signals` inside the block; the previous handlers come back after it.
     Yields those previous handlers, by signal."""

@@ -288,11 +288,11 @@ def test_paths_without_fast_are_refused_in_one_line(capsys) -> None:
 
 
 def test_profile_split_counts_each_matmul_once_by_dtype_with_its_flops():
-    """docs/analysis/profile_update.py's split: fp32 and bf16 matmuls apart, FLOPs from the shapes
+    """docs/tools/profile_update.py's split: fp32 and bf16 matmuls apart, FLOPs from the shapes
     (addmm's added term skipped, bmm's batch counted), and every other aten op as 'other'."""
     from torch.profiler import ProfilerActivity, profile
 
-    profile_update = load_script("profile_update", "docs/analysis")
+    profile_update = load_script("profile_update", "docs/tools")
     a, b, bias = torch.randn(6, 4), torch.randn(4, 3), torch.randn(3)
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         a @ b  # fp32: 2 * 6 * 4 * 3

@@ -1,19 +1,25 @@
-"""What README.md and docs/*.md point at exists: every relative link (and its #anchor, when it points
-into one of our Markdown files), every repository path they name in code, and a row in
-docs/layout.md for every module and script. A study command they give for a committed study is the
-one its study.json holds, so it continues that study instead of being refused."""
+"""What README.md and the pages under docs/ point at exists: every relative link (and its #anchor,
+when it points into one of our Markdown files), every repository path they name in code, and a row
+in docs/guides/layout.md for every module and script. A study command they give for a committed
+study is the one its study.json holds, so it continues that study instead of being refused. Figures
+the pages derive from committed files are recomputed from them, and claims about the code checked
+against it."""
 
+import json
 import re
 import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
 from seq2seq.commands import study as study_command
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# The README, the guides and the write-ups of results (a study folder's report.md is the report's
+# own output, not a page written by hand).
+PAGES = [ROOT / "README.md", *sorted(ROOT.glob("docs/*.md")), *sorted(ROOT.glob("docs/[gr]*/*.md"))]
 
 # A code token is taken for a path of this repository when it starts with one of its top-level
 # folders. Paths outside them (lightning_logs/..., runs/..., ../shared/..., /data/wmt14) are
@@ -121,10 +127,10 @@ def tracked(*patterns: str) -> set[str]:
 
 
 def test_layout_names_every_module_and_script() -> None:
-    """docs/layout.md's first column names each file; a bare name is in the folder of the path
-    before it in the same cell (`seq2seq/decoding/search.py`, `beam.py`)."""
+    """docs/guides/layout.md's first column names each file; a bare name is in the folder of the
+    path before it in the same cell (`seq2seq/decoding/search.py`, `beam.py`)."""
     named = set()
-    for line in (ROOT / "docs" / "layout.md").read_text("utf-8").splitlines():
+    for line in (ROOT / "docs" / "guides" / "layout.md").read_text("utf-8").splitlines():
         if not line.startswith("| `"):
             continue
         folder = ""
@@ -134,8 +140,8 @@ def test_layout_names_every_module_and_script() -> None:
                 named.add(name)
             else:
                 named.add(folder + name)
-    files = tracked("seq2seq/*.py", "scripts/*.py", "docs/analysis/*.py")
-    assert sorted(files - named) == [], "modules and scripts docs/layout.md does not name"
+    files = tracked("seq2seq/*.py", "scripts/*.py", "docs/tools/*.py")
+    assert sorted(files - named) == [], "modules and scripts docs/guides/layout.md does not name"
     assert sorted(n for n in named - files if n.endswith(".py")) == [], "named, but not here"
 
 
@@ -183,3 +189,236 @@ def test_a_study_command_for_a_committed_study_gives_its_spec(
     out, err = capsys.readouterr()
     assert code == 0, f"{page.name}: {command!r} is refused: {err.strip()}"
     assert out == "", f"{page.name}: runs of the committed study are not all done"
+
+
+TOOLS = sorted(ROOT.glob("docs/tools/*.py"))
+
+
+def test_pages_the_code_names_exist() -> None:
+    """A page, program or figure under docs/ that a module, script, test, tool or pyproject.toml
+    names is there (a page moved into docs/guides/ or docs/results/ leaves no comment pointing at
+    nothing).
+    Other files are left alone: a test may name one it makes (docs/study/x.align)."""
+    named = {
+        (str(source.relative_to(ROOT)), path)
+        for source in [ROOT / "pyproject.toml", *sorted(ROOT.glob("[st]*/**/*.py")), *TOOLS]
+        for path in re.findall(
+            r"(?<![\w/.-])docs/[\w./-]*\.(?:md|py|png)\b", source.read_text("utf-8")
+        )
+    }
+    missing = sorted(f"{source}: {path}" for source, path in named if not any(ROOT.glob(path)))
+    assert not missing, f"paths under docs/ that are not in the repository: {missing}"
+
+
+# Studies with a report (a spec is committed before its runs train, and has none until they end).
+STUDIES = sorted(path.parent for path in ROOT.glob("docs/study*/report.json"))
+
+
+@pytest.mark.parametrize("folder", STUDIES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_committed_report_has_every_figure_the_report_gives(folder: Path) -> None:
+    """A report built before a figure joined the report (`BLEU lowercased`) is stale: its
+    report.json summarises every figure of `FIGURES` for every variant, and its report.md's
+    per-variant table has a column for each (`python scripts/study.py report DIR` rebuilds both)."""
+    from seq2seq.study.report import FIGURES
+
+    report = json.loads((folder / "report.json").read_text("utf-8"))
+    missing = {
+        variant: [key for key, _, _ in FIGURES if key not in figures]
+        for variant, figures in report["variants"].items()
+    }
+    assert all(not keys for keys in missing.values()), f"report.json lacks {missing}"
+    header = next(
+        line
+        for line in (folder / "report.md").read_text("utf-8").splitlines()
+        if line.startswith("| variant | seeds |")
+    )
+    columns = [cell.strip() for cell in header.strip("|").split("|")]
+    assert columns[2:] == [title for _, title, _ in FIGURES], f"{folder.name}/report.md is stale"
+
+
+def test_layout_names_the_basics_the_contract_holds() -> None:
+    """docs/guides/layout.md names every top-level module as a basic, twice (the layers' sketch
+    and the contract "The basics import no sub-package"), and pyproject.toml's contract covers them."""
+    import tomllib
+
+    basics = {p.stem for p in (ROOT / "seq2seq").glob("*.py")} - {"__init__"}
+    page = " ".join((ROOT / "docs" / "guides" / "layout.md").read_text("utf-8").split())
+    sketch = re.search(r"basics \(top level\) ([\w, ]+)", page)[1]
+    assert set(sketch.replace(",", " ").split()) == basics, "the layers' sketch"
+    contract = re.search(r'"The basics import no sub-package" for (.*?), and "', page)[1]
+    assert set(re.findall(r"`(\w+)`", contract)) == basics, "the contract's sentence"
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["importlinter"]
+    [held] = [c for c in config["contracts"] if c["name"] == "The basics import no sub-package"]
+    assert {m.removeprefix("seq2seq.") for m in held["source_modules"]} == basics, "pyproject.toml"
+
+
+def report_of(folder: str) -> dict:
+    return json.loads((ROOT / folder / "report.json").read_text("utf-8"))["variants"]
+
+
+def test_study_page_figures_are_the_reports() -> None:
+    """Figures docs/results/study.md derives from the committed reports, recomputed from them
+    unrounded: 95% intervals (mean ± ci95) and a difference of two means."""
+    page = " ".join((ROOT / "docs" / "results" / "study.md").read_text("utf-8").split())
+    scorers = report_of("docs/study")
+    low = scorers["additive"]["bleu"]["mean"] - scorers["additive"]["bleu"]["ci95"]
+    high = scorers["additive"]["bleu"]["mean"] + scorers["additive"]["bleu"]["ci95"]
+    assert f"interval, {low:.2f}-{high:.2f}." in page, "additive's 95% interval"
+    assert f"`additive`'s (down to {low:.2f})" in page
+    scaled = scorers["scaled"]["bleu"]["mean"] + scorers["scaled"]["bleu"]["ci95"]
+    assert f"interval over seeds still reaches {scaled:.2f}" in page, "scaled's 95% interval"
+    en_de = report_of("docs/study-baseline-en-de")
+    chrf = en_de["transformer"]["chrf"]["mean"] - en_de["gru-additive"]["chrf"]["mean"]
+    assert f"chrF is {chrf:.2f} ahead" in page, "en->de: the Transformer's chrF lead"
+
+
+def test_alignments_trade_off_is_against_one_run() -> None:
+    """alignments.md's weights trade-off: what five and ten times the weight buy in AER and cost in
+    BLEU, both against the same run (the default weight's), from its own table of guided runs."""
+    page = (ROOT / "docs" / "guides" / "alignments.md").read_text("utf-8")
+    rows = {}
+    for line in page.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if line.startswith("| additive | guided, weight ") and "rerun" not in cells[1]:
+            rows[cells[1].split("weight ")[1].split()[0]] = (float(cells[3]), float(cells[6]))
+    base_aer, base_bleu = rows["0.1"]
+    aer = [100 * (base_aer - rows[w][0]) for w in ("0.5", "1.0")]
+    bleu = [base_bleu - rows[w][1] for w in ("0.5", "1.0")]
+    expected = (
+        f"buy the additive model {aer[0]:.2f} and {aer[1]:.2f} points of AER for "
+        f"{bleu[0]:.2f} and {bleu[1]:.2f} BLEU"
+    )
+    assert expected in " ".join(page.split()), expected
+
+
+def test_readme_first_lines_install_and_ci() -> None:
+    """The README guides: at most 200 lines; its first two commands install and train, and install
+    and test, the second being what CI (.ci/run) runs; the Python it names is pyproject.toml's; in
+    Install, the torch build is chosen before the package, which would pull torch, is installed."""
+    import tomllib
+
+    page = ROOT / "README.md"
+    lines = page.read_text("utf-8").splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines"
+    train, test = fenced_commands(page)[:2]
+    assert train.startswith("pip install torch==") and "python scripts/train.py" in train
+    assert test.startswith("pip install torch==") and test.split("#")[0].strip().endswith(
+        "python -m pytest"
+    )
+    ci = (ROOT / ".ci" / "run").read_text("utf-8")
+    torch_pin = re.search(r"torch==[\d.]+", test)[0]
+    extras = re.search(r"-e \"\.\[([\w,]+)\]\"", test)[1]
+    assert torch_pin in ci and f'-e ".[{extras}]"' in ci, "CI installs what the README says"
+    assert ci.strip().splitlines()[-1] == "python -m pytest", "CI runs the README's test command"
+    python = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"][
+        "requires-python"
+    ]
+    assert f"Python {python[:2]} {python[2:]}" in page.read_text("utf-8")
+    install = fenced_commands(page)[2:]
+    cpu = next(i for i, c in enumerate(install) if "--index-url" in c and "torch" in c)
+    package = next(i for i, c in enumerate(install) if c.startswith("pip install -e ."))
+    assert cpu < package, "the CPU torch note comes after the package that installs torch"
+
+
+@pytest.mark.parametrize("score", ["additive", "dot", "scaled"])
+def test_only_the_output_layer_runs_in_bf16_in_the_gru_on_a_cpu(score: str) -> None:
+    """What study.md and benchmarks.md say of bf16-mixed on a CPU: the GRU's output layer's matmuls
+    (forward and backward) run in bf16; the encoder, the attention and the recurrence in fp32. Each
+    matmul of a training step under CPU autocast is recorded with its dtype; the vocabulary (V = 53,
+    no other size of this model or batch) marks the output layer's."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from seq2seq.data.batching import collate
+    from seq2seq.models.build import build_model
+    from seq2seq.training.losses import batch_loss
+    from seq2seq.training.system import TranslationSystem
+
+    matmuls = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
+    seen: list[tuple[torch.dtype, set[int]]] = []
+
+    class Matmuls(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            if func in matmuls:
+                shapes = {d for a in args if isinstance(a, torch.Tensor) for d in a.shape}
+                seen.append((args[-1].dtype, shapes))
+            return func(*args, **(kwargs or {}))
+
+    vocab = 53
+    torch.manual_seed(0)
+    model = build_model({"model": "rnn", "vocab_size": vocab, "emb_size": 16, "hidden_size": 32,
+                         "score": score, "dropout": 0.0})  # fmt: skip
+    # The model as training runs it, with whatever speed paths the training system plugs in.
+    model = TranslationSystem(model, None).model
+    gen = torch.Generator().manual_seed(0)
+    batch = collate([
+        {"src_ids": torch.randint(4, vocab, (s,), generator=gen).tolist(),
+         "tgt_ids": torch.randint(4, vocab, (t,), generator=gen).tolist(), "index": i}
+        for i, (s, t) in enumerate([(6, 3), (2, 9), (11, 5), (4, 4)])
+    ])  # fmt: skip
+    with Matmuls():
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # the forward, as Lightning runs it
+            loss_sum, _, tokens, _ = batch_loss(model, batch, 0.1)
+        (loss_sum / tokens).backward()
+    bf16 = [dims for dtype, dims in seen if dtype == torch.bfloat16]
+    fp32 = [dims for dtype, dims in seen if dtype == torch.float32]
+    assert bf16 and all(vocab in dims for dims in bf16), "a bf16 matmul outside the output layer"
+    assert fp32 and not any(vocab in dims for dims in fp32), "the output layer ran in fp32"
+
+
+def cpus_of(folder: Path) -> str:
+    """The CPUs a study's runs trained on, from each result.json's `trained` ("AVX2 EPYCs")."""
+    kinds = {
+        (entry["cpu"].rsplit(", ", 1)[-1], "Xeons" if "Xeon" in entry["cpu"] else "EPYCs")
+        for result in folder.glob("runs/*/result.json")
+        for entry in json.loads(result.read_text("utf-8"))["trained"]
+    }
+    families = sorted({family for _, family in kinds})
+    return " and ".join(sorted({cap for cap, _ in kinds})) + " " + " and ".join(families)
+
+
+def test_readme_results_name_the_cpus_each_study_trained_on() -> None:
+    """The README's results table says, per row, which study it comes from and on which CPUs that
+    study's runs trained (the Transformer's de->en runs were not on the scorer study's CPUs)."""
+    rows = [
+        line
+        for line in (ROOT / "README.md").read_text("utf-8").splitlines()
+        if line.startswith("| ") and "/report.md)" in line
+    ]
+    assert rows, "no results rows with their study's report"
+    for row in rows:
+        cell = row.strip("|").split("|")[-1].strip()
+        folder = ROOT / re.search(r"\]\(([^)]+)/report\.md\)", cell)[1]
+        assert cell.endswith(f", {cpus_of(folder)}"), f"{row.split('|')[1].strip()}: {cell}"
+
+
+def test_study_page_pooled_holm_is_the_reports() -> None:
+    """study.md's Transformer-against-`dot` seed 2 with the baseline report's and the scorer study's
+    tests adjusted as one family, recomputed from the two committed report.json files."""
+    from seq2seq.study.report import holm
+
+    tests = [
+        test
+        for folder in ("docs/study", "docs/study-baseline-de-en")
+        for test in json.loads((ROOT / folder / "report.json").read_text("utf-8"))["significance"]
+    ]
+    [index] = [
+        i
+        for i, test in enumerate(tests)
+        if {test["baseline"], test["system"]} == {"transformer", "study/dot"}
+        and test["seeds"] == "2"
+    ]
+    bs, ar = (holm([test[key] for test in tests])[index] for key in ("p_bs", "p_ar"))
+    page = " ".join((ROOT / "docs" / "results" / "study.md").read_text("utf-8").split())
+    assert f"over the {len(tests)} together" in page
+    assert f"no longer separates it from `dot` ({bs:.3f} / {ar:.3f})" in page
+
+
+def test_a_study_the_readme_says_pins_the_precision_does() -> None:
+    """A study spec the README names as pinning `--precision 32-true` holds it in its flags (not
+    every spec does: the scorer and hidden-size studies leave the precision to the default)."""
+    text = " ".join((ROOT / "README.md").read_text("utf-8").split())
+    named = re.findall(r"`--precision 32-true`[^.]*?`(docs/[\w./-]+/study\.json)` pins it", text)
+    assert named, "the README names no study that pins the precision"
+    for spec in named:
+        flags = json.loads((ROOT / spec).read_text("utf-8"))["flags"]
+        assert "--precision" in flags and flags[flags.index("--precision") + 1] == "32-true", spec

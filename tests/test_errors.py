@@ -1,4 +1,4 @@
-"""Every row of docs/errors.md, printed whole by scripts/train.py, and the other lines that page quotes.
+"""Every row of docs/guides/errors.md, printed whole by scripts/train.py, and the other lines that page quotes.
 
 The page's tables whose first column is `case` are read here, and every row needs an entry below
 keyed by its `case` text: `test_every_row_of_the_doc_has_a_case` fails on a row without one (and
@@ -35,14 +35,14 @@ from seq2seq.training.config import parse_args
 from seq2seq.training.system import TranslationSystem
 from tests.conftest import tiny_train_args, write_corpus
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "errors.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "guides" / "errors.md"
 SMALL = {"train": 30, "val": 5}
 RUN = Path("runs/rnn-additive/version_0/checkpoints")  # the log folder's first run
 Setup = Callable[[Path, pytest.FixtureRequest], dict[str, str] | None]
 
 
 def doc_rows(column: str | None = None) -> dict[str, dict[str, str]]:
-    """Rows of the tables of docs/errors.md whose first column is `case` (those with `column`, if
+    """Rows of the tables of docs/guides/errors.md whose first column is `case` (those with `column`, if
     given), keyed by their case text; each row is {column name: cell text}."""
     rows, header = {}, None
     for line in DOC.read_text("utf-8").splitlines():
@@ -54,7 +54,9 @@ def doc_rows(column: str | None = None) -> dict[str, dict[str, str]]:
             header = cells
         elif not set(line) <= set("|-: ") and header[0] == "case" and column in (None, *header):
             row = dict(zip(header, cells, strict=True))
-            assert row["case"] not in rows, f"two rows of docs/errors.md read {row['case']!r}"
+            assert row["case"] not in rows, (
+                f"two rows of docs/guides/errors.md read {row['case']!r}"
+            )
             rows[row["case"]] = row
     return rows
 
@@ -70,7 +72,7 @@ def flags(row: dict[str, str]) -> list[str]:
 
 
 def in_doc(pattern: str) -> str:
-    """The one code span of docs/errors.md that matches `pattern` (for lines outside the tables)."""
+    """The one code span of docs/guides/errors.md that matches `pattern` (for lines outside the tables)."""
     [found] = [s for s in re.findall(r"`([^`]+)`", DOC.read_text("utf-8")) if re.match(pattern, s)]
     return found
 
@@ -350,6 +352,15 @@ def cut_shard(cache: Path) -> dict[str, str]:
     return {"<folder>": str(folder), "<cut>": f"{size // 2:,}", "<size>": f"{size:,}"}
 
 
+def overwrite_shard(cache: Path) -> dict[str, str]:
+    [folder] = (cache / "encoded").glob("*-train-*")
+    shard = folder / "shard-00000.arrow"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 64] = b"\xff" * 64  # the same size, other bytes
+    shard.write_bytes(bytes(data))
+    return {"<folder>": str(folder)}
+
+
 def empty_meta(cache: Path) -> dict[str, str]:
     [folder] = (cache / "encoded").glob("*-val-*")
     (folder / "meta.json").write_text("")
@@ -387,7 +398,8 @@ def foreign_lock(tmp: Path, request: pytest.FixtureRequest) -> dict[str, str]:
 FAULTS: dict[str, Setup] = {
     "SIGTERM during training": signal_during_update(signal.SIGTERM),
     "the stop signal": signal_during_update(signal.SIGUSR1),
-    "the time budget spent": flags_only,
+    "the time budget spent in training": cached(lambda cache: {}),  # the data ready at once
+    "the time budget spent in preparation": flags_only,  # a cold cache
     "a stop before training begins": signal_while_reading,
     "a full disk at a checkpoint": full_disk(os, "fsync", cache_first=True),
     "a full disk at the tokenizer": full_disk(os, "fsync"),
@@ -395,6 +407,7 @@ FAULTS: dict[str, Setup] = {
     "a shard cut short": cached(cut_shard),
     "an empty `meta.json`": cached(empty_meta),
     "a damaged tokenizer": cached(cut_tokenizer),
+    "a shard overwritten in place": cached(overwrite_shard),
     "a file system without locks": no_locks,
     "another user's lock file": foreign_lock,
 }
@@ -402,8 +415,10 @@ FAULTS: dict[str, Setup] = {
 
 def test_every_row_of_the_doc_has_a_case() -> None:
     rows, cases = doc_rows().keys(), [*REFUSALS, *LOG_LINES, *WARNINGS, *FAULTS]
-    assert sorted(rows - set(cases)) == [], "rows of docs/errors.md with no case here"
-    assert sorted(set(cases) - rows) == [], "cases here whose row is gone from docs/errors.md"
+    assert sorted(rows - set(cases)) == [], "rows of docs/guides/errors.md with no case here"
+    assert sorted(set(cases) - rows) == [], (
+        "cases here whose row is gone from docs/guides/errors.md"
+    )
 
 
 def snapshot(folder: Path) -> list[tuple[str, int]]:

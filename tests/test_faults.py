@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -212,13 +213,22 @@ def test_two_builders_the_lock_does_not_reach_end_with_one_cache(
         for host in ("node-a", "node-b")
     ]  # fmt: skip
     go.touch()
-    results = [(run.wait(RESTART_SECONDS), *run.communicate()) for run in runs]
-    assert [code for code, _, _ in results] == [0, 0], results
+    try:
+        results = {host: (*run.communicate(timeout=RESTART_SECONDS), run.returncode)
+                   for host, run in zip(("node-a", "node-b"), runs, strict=True)}  # fmt: skip
+    finally:
+        for run in runs:
+            if run.poll() is None:
+                run.kill()
+    # Each builder's whole stderr when anything below fails: a race shows in one of them only.
+    said = "\n".join(f"--- {host}: status {code}; stderr:\n{err}"
+                     for host, (_, err, code) in results.items())  # fmt: skip
+    assert [code for _, _, code in results.values()] == [0, 0], said
     # Both built (neither found the cache complete when it looked), and both encoded the
     # training split themselves: the race was real, and the first complete split won.
-    for _, out, err in results:
-        assert "built: cache" in out and "encoded train:" in err, (out, err)
-    assert _contents(cache) == clean
+    for out, err, _ in results.values():
+        assert "built: cache" in out and "encoded train:" in err, said
+    assert _contents(cache) == clean, said
 
 
 def test_only_the_temporaries_of_dead_owners_are_removed(tmp_path: Path) -> None:
@@ -235,6 +245,9 @@ def test_only_the_temporaries_of_dead_owners_are_removed(tmp_path: Path) -> None
         "live": target.with_name(f".{target.name}.{Owner(me.host, 1, _start_ticks(1)).tag}.tmp"),
         "other host": target.with_name(f".{target.name}.{Owner('node-b', me.pid, 5).tag}.tmp"),
         "old version": target.with_name(f".{target.name}.k2j3h4"),
+        # Not a temporary of `target`: atomic_write's of its checksum, `target.sha256` (a live
+        # builder on a machine the lock does not reach may be renaming it this moment).
+        "checksum's": target.with_name(f".{target.name}.sha256.n6r_r9_r.tmp"),
     }
     for path in names.values():
         path.mkdir()
@@ -242,7 +255,7 @@ def test_only_the_temporaries_of_dead_owners_are_removed(tmp_path: Path) -> None
     said: list[str] = []
     remove_orphans(target, said.append)
     left = {name for name, path in names.items() if path.exists()}
-    assert left == {"mine", "live", "other host"} and len(said) == 3
+    assert left == {"mine", "live", "other host", "checksum's"} and len(said) == 3
 
 
 TRAIN = ("-m", "seq2seq", "train")  # `python -m seq2seq train`
@@ -359,3 +372,35 @@ def test_torchrun_with_one_rank_killed_ends_and_resumes_to_its_last_step(
                              capture_output=True, text=True, timeout=180)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert torch.load(ckpts / "last.ckpt", weights_only=False)["global_step"] == 40
+
+
+@pytest.mark.slow
+def test_a_shard_overwritten_in_place_is_one_line_naming_it_and_rebuilt_when_deleted(
+    tiny_corpus: Path, tmp_path: Path
+) -> None:
+    from tests.conftest import tiny_train_args
+
+    args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--max-steps", "2")
+    train = [sys.executable, str(TRAIN), *args]
+    first = subprocess.run(train, cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                           timeout=300)  # fmt: skip
+    assert first.returncode == 0, first.stderr[-2000:]
+    (split,) = (tmp_path / "data" / "cache" / "encoded").glob("*-train-*")
+    shard = split / "shard-00000.arrow"
+    data = bytearray(shard.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 64] = b"\xff" * 64  # a block gone bad: the same size, other bytes
+    shard.write_bytes(bytes(data))
+    again = subprocess.run([*train, "--run-name", "again"], cwd=tmp_path, env=_env(),
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert again.returncode == 2, again.stderr[-2000:]
+    assert again.stderr.strip().splitlines()[-1] == (
+        f"error: {split.relative_to(tmp_path)}: damaged (shard-00000.arrow does not match its "
+        "SHA-256 in meta.json); "
+        "delete it to rebuild it"
+    )
+    shutil.rmtree(split)  # as the message says
+    rebuilt = subprocess.run([*train, "--run-name", "rebuilt"], cwd=tmp_path, env=_env(),
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
+    assert shard.read_bytes() != bytes(data)

@@ -3,6 +3,7 @@ update saves last.ckpt on the update's boundary, says so in one line and exits w
 command with --resume then ends where a run that was never stopped ends, weights bit for bit."""
 
 import gc
+import json
 import os
 import re
 import signal
@@ -115,6 +116,73 @@ def test_a_signal_before_training_begins_exits_4_with_nothing_saved(
     assert not list((tmp_path / "runs").rglob("*.ckpt"))
 
 
+# train.py whose data module signals its own process from inside `train_dataloader`: Lightning has
+# begun fitting (where it used to register its own SIGTERM handler), training has not started.
+SIGNAL_IN_TRAIN_DATALOADER = (
+    "import os, signal, sys\n"
+    "import seq2seq.data.datamodule as data\n"
+    "real = data.TranslationDataModule.train_dataloader\n"
+    "def train_dataloader(self):\n"
+    "    os.kill(os.getpid(), signal.SIGTERM)\n"
+    "    return real(self)\n"
+    "data.TranslationDataModule.train_dataloader = train_dataloader\n"
+    "from seq2seq.commands.train import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+@pytest.mark.slow
+def test_a_signal_while_lightning_sets_up_saves_the_sittings_update_and_keeps_the_marker(
+    tiny_corpus: Path, tmp_path: Path
+) -> None:
+    args = tiny_train_args(tiny_corpus, tmp_path / "runs", *FLAGS, "--max-steps", "4")
+    ckpts = tmp_path / "runs" / "rnn-additive" / "version_0" / "checkpoints"
+    last, marker = ckpts / "last.ckpt", ckpts / "stopped.json"
+    for sitting, resume in ((1, []), (2, ["--resume", str(last)])):
+        # Each sitting is signalled before its first update: it trains that update (the stop acts
+        # on the next update boundary), saves it and says so, and stopped.json names it.
+        done = subprocess.run([sys.executable, "-c", SIGNAL_IN_TRAIN_DATALOADER, *args, *resume],
+                              cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                              timeout=300)  # fmt: skip
+        assert done.returncode == STOPPED, done.stderr[-2000:]
+        assert done.stderr.strip().splitlines()[-1] == (
+            f"stopped by SIGTERM: saved {last} at update {sitting}; continue with the same "
+            f"command and --resume {last}"
+        )
+        assert torch.load(last, weights_only=True)["global_step"] == sitting
+        record = json.loads(marker.read_text())
+        assert record == {"reason": "stopped by SIGTERM", "step": sitting, "checkpoint": str(last)}
+    # The chain goes on to its end; the finished run leaves no marker.
+    done = subprocess.run([sys.executable, *TRAIN, *args, "--resume", str(last)], cwd=tmp_path,
+                          env=_env(), capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert torch.load(last, weights_only=True)["global_step"] == 4
+    assert not marker.exists()
+
+
+def test_lightning_registers_no_signal_handler_of_its_own(
+    tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # In-process: inside `train_dataloader` (Lightning's registration is behind it), SIGTERM and the
+    # stop signal are still PoliteStop's.
+    from seq2seq.data.datamodule import TranslationDataModule
+
+    monkeypatch.chdir(tmp_path)
+    loader, seen = TranslationDataModule.train_dataloader, []
+
+    def train_dataloader(self: TranslationDataModule):
+        seen.append({sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1)})
+        return loader(self)
+
+    monkeypatch.setattr(TranslationDataModule, "train_dataloader", train_dataloader)
+    assert (
+        train_command.main(tiny_train_args(tiny_corpus, tmp_path / "runs", "--max-steps", "2")) == 0
+    )
+    (handlers,) = seen
+    for handler in handlers.values():
+        assert getattr(handler, "__self__", None).__class__.__name__ == "PoliteStop", handler
+
+
 def test_the_stop_signal_is_the_flag_s_and_sigterm_always_stops(tmp_path: Path) -> None:
     from seq2seq.training.stops import PoliteStop
 
@@ -132,7 +200,7 @@ def test_the_stop_signal_is_the_flag_s_and_sigterm_always_stops(tmp_path: Path) 
 
 
 def test_an_abbreviated_flag_is_refused_in_one_line_with_status_2(tmp_path: Path) -> None:
-    # docs/errors.md: argparse's refusals are one line too, `<prog>: error: <reason> (see --help)`;
+    # docs/guides/errors.md: argparse's refusals are one line too, `<prog>: error: <reason> (see --help)`;
     # the shim scripts/train.py keeps its own name as <prog>, `python -m seq2seq train` says so.
     for command, prog in [((str(SHIM),), "train.py"), (TRAIN, "seq2seq train")]:
         done = subprocess.run([sys.executable, *command, "--scor", "additive"], cwd=tmp_path,

@@ -129,10 +129,10 @@ def test_a_shard_cut_at_a_record_batch_is_found_and_rebuilt(
     first = prep.prepare(_cfg(tiny_corpus, tmp_path), chunk_size=50)  # 4 record batches
     train = first.paths["train"]
     _cut_after_batches(train / "shard-00000.arrow", 2)
-    # Before meta.json recorded sizes, the cut file read as 100 rows without any error:
+    # Before meta.json recorded sizes (and digests), the cut file read as 100 rows without any error:
     meta = json.loads((train / "meta.json").read_text())
     (train / "meta.json").write_text(
-        json.dumps({k: v for k, v in meta.items() if k != "shard_bytes"})
+        json.dumps({k: v for k, v in meta.items() if k not in ("shard_bytes", "shard_sha256")})
     )
     with pytest.raises(UserError) as found:
         SplitRows(train)

@@ -218,7 +218,7 @@ def test_a_saved_study_refuses_another_spec_and_lists_its_commands(tmp_path, cap
 
 
 def test_score_curves_join_the_sittings_of_a_resumed_run(tmp_path):
-    """seq2seq.study.events.run_curves (docs/analysis/score_curves.py's): two sittings' events read
+    """seq2seq.study.events.run_curves (docs/tools/score_curves.py's): two sittings' events read
     as one curve per statistic, a validation the resumed sitting repeated taken from the later
     sitting."""
     from torch.utils.tensorboard import SummaryWriter
@@ -239,7 +239,7 @@ def test_score_curves_join_the_sittings_of_a_resumed_run(tmp_path):
         (10, 3.0), (20, 2.0), (30, 1.5)
     ]  # fmt: skip
     # The analysis program over the package's curves: run as a user runs it, not loaded by path.
-    tool = [sys.executable, str(ROOT / "docs" / "analysis" / "score_curves.py")]
+    tool = [sys.executable, str(ROOT / "docs" / "tools" / "score_curves.py")]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     png = tmp_path / "curves.png"
     done = subprocess.run([*tool, str(tmp_path / "dot-seed1"), "--at", "1", "3", "4", "--png",

@@ -3,7 +3,7 @@ then open the page.
 
 One process loads each checkpoint once and serves, at http://HOST:PORT/, the attention explorer (a
 sentence in; each model's translation, attention heatmap and word alignment side by side) and the
-JSON API described in seq2seq/serving/server.py and docs/serving.md. Models are named after their files
+JSON API described in seq2seq/serving/server.py and docs/guides/serving.md. Models are named after their files
 (`additive.ckpt` -> additive; a repeated name gets -2, -3, ...). Needs `pip install -e ".[serve]"`.
 
 Every checkpoint is loaded before the port is opened: one that cannot be read stops the start with
@@ -28,14 +28,14 @@ from seq2seq.errors import UserError
 from seq2seq.serving.requests import Limits
 
 GRACE = 5  # seconds uvicorn waits for open requests after SIGTERM before it cancels them
-STOP_BOUND = 10  # seconds from SIGTERM to exit (docs/serving.md; tests/test_serve_limits.py)
+STOP_BOUND = 10  # seconds from SIGTERM to exit (docs/guides/serving.md; tests/test_serve_limits.py)
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = Parser(
         prog=prog,
         description="Serve checkpoints: an attention explorer page at / and a JSON API under "
-        "/api (docs/serving.md). Requests for a model are queued and translated in batches.",
+        "/api (docs/guides/serving.md). Requests for a model are queued and translated in batches.",
         formatter_class=DefaultsFormatter,
     )
     parser.add_argument("checkpoints", metavar="CKPT", nargs="+", help="checkpoints to serve")

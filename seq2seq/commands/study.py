@@ -70,8 +70,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     def threads(sub: argparse.ArgumentParser, default: str) -> None:
         sub.add_argument("--threads", type=int, help=f"torch threads per run (default: {default})")
         sub.add_argument(
-            "--max-minutes", type=float, metavar="M", help="each sitting of a run trains at most M "
-            "minutes (train.py --max-minutes), then stops with last.ckpt saved, status 4",
+            "--max-minutes", type=float, metavar="M", help="each sitting of a run (waiting for its "
+            "lock, preparing, training, scoring) takes at most M minutes: train.py gets what is left "
+            "(--max-minutes) and stops with last.ckpt saved; a sitting whose time is spent does not "
+            "score; status 4",
         )  # fmt: skip
 
     run = commands.add_parser("run", help="train and score every unfinished run, then report")

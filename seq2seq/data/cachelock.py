@@ -27,7 +27,7 @@ import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,10 +98,17 @@ def check_stop(stop: Callable[[], str | None] | None) -> None:
 
 @contextmanager
 def exclusive(
-    lock: Path, log: Callable[[str], None], stop: Callable[[], str | None] | None = None
+    lock: Path,
+    log: Callable[[str], None],
+    stop: Callable[[], str | None] | None = None,
+    without_locks: str = "go on",
 ) -> Iterator[None]:
     """Hold the lock `lock` (created if missing) for the block; `log` tells the user when waiting;
-    `stop`, asked at each try while another process holds it, ends the wait (`check_stop`)."""
+    `stop`, asked at each try while another process holds it, ends the wait (`check_stop`).
+
+    `without_locks` says what happens on a file system without POSIX locks: "go on" unlocked (the
+    cache, whose publishing tolerates racing builders) or "lock file" (`held_file`: the study's
+    runs, where two processes must never train one run)."""
     try:
         lock.parent.mkdir(parents=True, exist_ok=True)
         fd = _open_shared(lock)
@@ -116,6 +123,10 @@ def exclusive(
         raise UserError(f"`cache_dir` {lock.parent}: cannot write there ({err.strerror})") from None
     try:
         if not _lockable(fd):
+            if without_locks == "lock file":
+                with held_file(lock, log, stop):
+                    yield
+                return
             log(f"{lock.parent}: this file system has no locks; building without one")
             yield
             return
@@ -138,6 +149,86 @@ def exclusive(
             fcntl.lockf(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def held_path(lock: Path) -> Path:
+    """The lock file `held_file` creates beside `lock`."""
+    return lock.with_name(lock.name + ".held")
+
+
+def holder(lock: Path) -> Owner | None:
+    """Who holds `lock`, as it says (its record lock's holder, or `held_file`'s); None if unknown."""
+    return _holder(held_path(lock)) or _holder(lock)
+
+
+@contextmanager
+def held_file(
+    lock: Path, log: Callable[[str], None], stop: Callable[[], str | None] | None = None
+) -> Iterator[None]:
+    """An exclusive lock without POSIX locks: `held_path(lock)` exists, naming its holder, while the
+    block runs. It is published whole (written under this process's temporary name, then hard-
+    linked into place, which fails when the name exists, on NFS too). A holder dead on this host
+    (no such process, or a reused pid) left it stale: it is taken away and the claim tried again. A
+    holder on another machine cannot be judged from here, and is waited for.
+
+    What a kill leaves: before the link, this process's temporary (removed by the next claimant
+    once its owner is gone); after it, a stale lock file (taken away by the next claimant on this
+    host). Two claimants taking away the same stale file at the same moment: one renames it away;
+    the other finds it gone and tries its claim again.
+    """
+    path, me = held_path(lock), Owner.me()
+    waited_for = None
+    remove_orphans(path, log)
+    while not _claim(path, me):
+        found = _holder(path)
+        if found is not None and found.alive() is False:
+            _take_away(path, found, log)
+            continue
+        if found != waited_for:
+            log(f"waiting for {found or 'another process'} (lock file {path.name})")
+            waited_for = found
+        check_stop(stop)
+        time.sleep(POLL_SECONDS)
+    try:
+        yield
+    finally:
+        if _holder(path) == me:
+            path.unlink(missing_ok=True)
+
+
+def _claim(path: Path, me: Owner) -> bool:
+    """Create `path` naming `me`, unless it exists; whether this call created it."""
+    tmp = temporary_name(path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, f"{me.tag}\n".encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _take_away(path: Path, stale: Owner, log: Callable[[str], None]) -> None:
+    """Remove `path`, which names `stale`, a dead process; one that names anyone else by now (a
+    claimant was quicker) is put back."""
+    grave = path.with_name(f".{path.name}.{Owner.me().tag}.stale")
+    try:
+        os.rename(path, grave)
+    except FileNotFoundError:
+        return  # another claimant took it away first
+    if _holder(grave) == stale:
+        log(f"removed {path.name}, left by {stale}, which is gone")
+    else:
+        with suppress(FileExistsError):
+            os.link(grave, path)
+    grave.unlink(missing_ok=True)
 
 
 def _open_shared(lock: Path) -> int:
@@ -193,8 +284,13 @@ def remove_orphans(target: Path, log: Callable[[str], None]) -> None:
     other machines (whose liveness cannot be seen from here)."""
     prefix, mine = f".{target.name}.", temporary_name(target)
     for path in target.parent.glob(f"{prefix}*"):
+        rest = path.name[len(prefix) :].removesuffix(".tmp")
         # An owner's tag; none in the random names of earlier versions, whose builders are gone.
-        owner = Owner.from_tag(path.name[len(prefix) :].removesuffix(".tmp"))
+        owner = Owner.from_tag(rest)
+        if owner is None and "." in rest:
+            # Not a temporary of `target` but of a file named after it: the checksum's
+            # `.<model>.sha256.<random>.tmp`, which a live builder may be renaming this moment.
+            continue
         if path == mine or (owner is not None and owner.alive() is not False):
             continue
         if path.is_dir():

@@ -60,9 +60,10 @@ def load_split(path: Path) -> Any:
     """A prepared split folder as one memory-mapped `datasets.Dataset`, with the same columns."""
     import datasets  # after lightning: its import is slow, and only needed here
 
-    from seq2seq.data.shards import check_rows, read_meta
+    from seq2seq.data.shards import check_digests, check_rows, read_meta
 
     meta = read_meta(path)
+    check_digests(path, meta)  # a shard whose bytes changed in place is not read as ids
     parts = [datasets.Dataset.from_file(str(path / name)) for name in meta["shards"]]
     split = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
     check_rows(path, meta, len(split))  # a shard cut at a record batch reads short

@@ -53,6 +53,7 @@ from seq2seq.data.shards import (
     next_shard,
     read_meta,
     record_batch,
+    shard_digest,
     split_schema,
     write_reason,
 )
@@ -107,18 +108,18 @@ def prepare(
     test_split: str | None = None,
     chunk_size: int = CHUNK_PAIRS,
     stop: Callable[[], str | None] | None = None,
+    budget: Callable[[], str | None] | None = None,
 ) -> Prepared:
     """Make sure the cache of `cfg`'s data settings is complete and return it (`built`: by this
     call); safe to call from every process at once. `test_split`: the split `test` names;
     `chunk_size`: pairs read, encoded and written at a time; `stop`: the reason to stop politely,
-    or None to go on, asked between chunks and while waiting for the lock (raises `Stopped`)."""
+    or None to go on, asked between chunks and while waiting for the lock (raises `Stopped`);
+    `budget`: the same for a time budget, asked between chunks only, so that under DDP a rank
+    whose own clock runs out while another rank builds never leaves that one waiting for it (the
+    builder stops by its budget; each waiter then takes the lock and stops at its first chunk)."""
     source = resolve_corpus(cfg.dataset, cfg.data_dir)
     names = split_names(source, test_split)
-    langs = sorted((cfg.src, cfg.tgt))  # the joint model serves both directions
-    key = _safe(
-        f"{source.name}-{'-'.join(langs)}-{cfg.limit_train_pairs or 'all'}-"
-        f"{source.fingerprint(names['train'], tuple(langs))}"
-    )
+    key = _cache_key(cfg, source, names["train"])
     try:
         ready = _complete(cfg, source, names, key)
     except DamagedSplit as damaged:  # rebuilt below, under the lock
@@ -126,14 +127,15 @@ def prepare(
         ready = None
     if ready is not None:  # the usual case once prepared: no lock, so read-only caches work too
         return ready
-    with exclusive(Path(cfg.cache_dir) / f"{key}.lock", _log, stop):
+    with exclusive(_lock_path(cfg, key), _log, stop):
         try:  # another process may have built it while this one waited
             ready = _complete(cfg, source, names, key)
         except DamagedSplit:
             ready = None
         if ready is not None:
             return ready
-        tokenizer = _tokenizer(cfg, source, names["train"], key, chunk_size, stop)
+        building = _first_reason(stop, budget)
+        tokenizer = _tokenizer(cfg, source, names["train"], key, chunk_size, building)
         for role, split in names.items():
             path = _split_path(cfg, source, split, tokenizer)
             workers = (cfg.prepare_workers or _cores()) if role == "train" else 1
@@ -143,12 +145,40 @@ def prepare(
                     continue
                 except DamagedSplit:
                     shutil.rmtree(path)
-            _encode_split(cfg, source, split, tokenizer, path, (workers, chunk_size), stop)
+            _encode_split(cfg, source, split, tokenizer, path, (workers, chunk_size), building)
     ready = _complete(cfg, source, names, key)
     if ready is None:  # cannot happen with a working lock; say so rather than fail obscurely
         raise UserError(f"`cache_dir` {cfg.cache_dir}: the cache changed while it was being built")
     ready.built = True  # complete now: this process built it
     return ready
+
+
+def _first_reason(*asks: Callable[[], str | None] | None) -> Callable[[], str | None]:
+    """One question for several: the first reason any of `asks` gives (None: go on)."""
+
+    def ask() -> str | None:
+        reasons = (ask() for ask in asks if ask is not None)
+        return next((reason for reason in reasons if reason is not None), None)
+
+    return ask
+
+
+def cache_lock(cfg: DataSettings) -> Path:
+    """The lock file that the builder of `cfg`'s cache holds (the others wait on it)."""
+    source = resolve_corpus(cfg.dataset, cfg.data_dir)
+    return _lock_path(cfg, _cache_key(cfg, source, source.find_split("train")))
+
+
+def _cache_key(cfg: DataSettings, source: CorpusSource, train: str) -> str:
+    langs = sorted((cfg.src, cfg.tgt))  # the joint model serves both directions
+    return _safe(
+        f"{source.name}-{'-'.join(langs)}-{cfg.limit_train_pairs or 'all'}-"
+        f"{source.fingerprint(train, tuple(langs))}"
+    )
+
+
+def _lock_path(cfg: DataSettings, key: str) -> Path:
+    return Path(cfg.cache_dir) / f"{key}.lock"
 
 
 def split_names(source: CorpusSource, test_split: str | None = None) -> dict[str, str]:
@@ -289,9 +319,10 @@ def _encode_split(
                 shard_rows.append(0)
             writer.close()
             sizes = [fsynced(tmp / name) for name in shards]
+            digests = [shard_digest(tmp / name) for name in shards]  # checked when opened
             seconds = time.perf_counter() - start
             meta = {"rows": rows, "empty": empty, "shards": shards, "shard_rows": shard_rows,
-                    "shard_bytes": sizes, "sha1": digest.hexdigest(),
+                    "shard_bytes": sizes, "shard_sha256": digests, "sha1": digest.hexdigest(),
                     "seconds": round(seconds, 1)}  # fmt: skip
             atomic_write_text(tmp / "meta.json", json.dumps(meta))
             fsync_folder(tmp)  # the folder's entries reach the disk before its new name does

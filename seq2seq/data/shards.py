@@ -7,6 +7,7 @@ over 65,536 pieces), `links` (list<uint16>) with guided alignment, and the raw `
 in every split but train.
 """
 
+import hashlib
 import json
 import os
 import re
@@ -32,8 +33,9 @@ class DamagedSplit(UserError):
 
 
 def read_meta(folder: Path) -> dict[str, Any]:
-    """A split's meta.json, checked against the shards on disk (their sizes; the row counts are
-    checked where the shards are read, seq2seq.data.split_rows and seq2seq.data.datamodule.load_split)."""
+    """A split's meta.json, checked against the shards on disk (their sizes; the row counts and the
+    digests are checked where the shards are opened, seq2seq.data.split_rows and
+    seq2seq.data.datamodule.load_split, with `check_rows` and `check_digests`)."""
     try:
         meta = json.loads((folder / "meta.json").read_text())
         rows, shards = int(meta["rows"]), list(meta["shards"])
@@ -50,6 +52,24 @@ def read_meta(folder: Path) -> dict[str, Any]:
     if rows < 0:
         raise DamagedSplit(folder, f"meta.json says {rows} rows")
     return meta
+
+
+def shard_digest(path: Path) -> str:
+    """The SHA-256 of a shard file, as meta.json records it (`shard_sha256`)."""
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+def check_digests(folder: Path, meta: dict[str, Any]) -> None:
+    """Refuse a split whose shards are not the bytes written (a flipped block keeps the size, and
+    its ids, up to 65,535 with a vocabulary of 100, would reach the embedding as data). Caches
+    written before the digests were recorded are read unchecked."""
+    digests = meta.get("shard_sha256")
+    if digests is None:
+        return
+    for name, expected in zip(meta["shards"], digests, strict=True):
+        if shard_digest(folder / name) != expected:
+            raise DamagedSplit(folder, f"{name} does not match its SHA-256 in meta.json")
 
 
 def check_rows(folder: Path, meta: dict[str, Any], found: int) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import torch
 
+from seq2seq.atomic import atomic_write_text
 from seq2seq.decoding.flags import pick_device
 from seq2seq.decoding.search_config import SearchConfig
 from seq2seq.errors import UserError
@@ -182,9 +183,13 @@ def default_out(checkpoint: str | Path, data: str, beam: int) -> Path:
 
 
 def write_lines(lines: list[str], path: str | Path, flag: str = "--out") -> Path:
-    path = Path(path)
+    """Write `lines` to `path` whole or not at all: a killed evaluation leaves the old file or none."""
+    path, text = Path(path), "".join(line + "\n" for line in lines)
     try:
-        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        if path.exists() and not path.is_file():  # /dev/null, /dev/stdout, a pipe: never replaced
+            path.write_text(text, encoding="utf-8")
+        else:
+            atomic_write_text(path, text)
     except OSError as err:
         raise UserError(f"{flag} {path}: cannot write ({err.strerror})") from None
     return path

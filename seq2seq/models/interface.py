@@ -78,7 +78,7 @@ class Seq2Seq(nn.Module):
         """The generator over features (B, O) -> logits (B, V), written into `out` when given.
 
         A search on a CPU passes one buffer for all its steps: a fresh (B, V) tensor there is mapped
-        afresh and page-faults in (why: docs/benchmarks.md#figures-once-kept-in-the-model-code). The
+        afresh and page-faults in (why: docs/results/benchmarks.md#figures-once-kept-in-the-model-code). The
         generator is an `nn.Linear` with a bias in every model.
         """
         if out is None:

@@ -11,7 +11,7 @@ When the worker is free and fewer sentences wait than its last batch held, it wa
 (at most LINGER x that batch's run time) for the queue to refill to that size. Clients that send
 their next request as soon as they have an answer come back together, but not all at once: without
 the wait, the first one or two back were run alone, and the rest waited for them. With 16 clients
-the server ran batches of 14-16 and of 1-2 in turn; with it, nearly all of 16 (docs/benchmarks.md).
+the server ran batches of 14-16 and of 1-2 in turn; with it, nearly all of 16 (docs/results/benchmarks.md).
 One client sending alone never waits: its queue already holds as many as the batch before. A lone
 request after a busy spell waits at most the LINGER share of the last batch's time, once.
 

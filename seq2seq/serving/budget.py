@@ -12,7 +12,7 @@ subwords (EOS included, cut as the model cuts it), T the longest output the sear
 of the weights the search keeps (1 for the GRU), H and L the Transformer's width and layers:
 
 - **work**, in nanoseconds of one thread of the CPU the constants were measured on
-  (docs/serving.md): T steps, each reading every weight of the model once (PARAM_NS a
+  (docs/guides/serving.md): T steps, each reading every weight of the model once (PARAM_NS a
   parameter, and LAYER_NS a decoder layer for its many small operations; the sentences batched
   together share their longest one's steps); K x T row-steps, each the model's own count of
   its forward FLOPs (`flops_per_token`, a third of the training update it reports: layers,
@@ -44,7 +44,7 @@ from seq2seq.models.interface import Seq2Seq
 from seq2seq.serving.requests import Limits, RequestError
 
 # Nanoseconds of one thread of a 2-core AMD EPYC (AVX-512), fitted to greedy, beam and teacher-forced
-# calls of the shared GRU and a small Transformer on "aA" * 500 (docs/serving.md).
+# calls of the shared GRU and a small Transformer on "aA" * 500 (docs/guides/serving.md).
 PARAM_NS = 0.6  # a step reads every weight once
 LAYER_NS = 300_000.0  # a step's small operations, per decoder layer (the GRU's decoder is one)
 FLOP_NS = 0.02  # a forward FLOP as the model counts it

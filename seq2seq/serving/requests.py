@@ -38,7 +38,7 @@ class Limits:
     max_work: int = _limit(
         3000,
         "work one request may cost, in milliseconds of one thread of the CPU the estimate was "
-        "fitted on, summed over its sentences and models (docs/serving.md); also the most one "
+        "fitted on, summed over its sentences and models (docs/guides/serving.md); also the most one "
         "batch of the model holds",
     )
     max_memory: int = _limit(

@@ -23,7 +23,7 @@ The answer is written (seq2seq.serving.answers) in a worker thread, not on the e
 Every torch call of the server (loading the checkpoints, every batch of every model) runs on one
 thread, the `TorchThread`; the event loop's thread never runs one. Torch on a CPU keeps an OpenMP
 pool of threads for each thread that runs its ops, and two pools on two cores get in each other's
-way (docs/benchmarks.md: with a second thread that had translated still alive, greedy calls of one
+way (docs/results/benchmarks.md: with a second thread that had translated still alive, greedy calls of one
 sentence gave 28.7 sentences/s instead of 48.0, of sixteen 130.2 instead of 198.4).
 """
 

@@ -1,5 +1,5 @@
 """A run's TensorBoard folder read back: its scalars sitting by sitting, the wall time and speed a
-study reports (docs/analysis/score_curves.py reads the attention statistics through it too), and
+study reports (docs/tools/score_curves.py reads the attention statistics through it too), and
 the precision its hparams.yaml records."""
 
 from pathlib import Path

@@ -4,8 +4,10 @@ process at a time per run (a lock).
 
 The lock (`<work>/locks/<run>.lock`, seq2seq.data.cachelock's: a POSIX record lock naming its holder)
 is held by the `study.py one` process that trains and scores the run. A kill -9 of that process drops
-the lock, and its train.py dies with it (the kernel's parent-death signal), so a next start never
-finds a half-owned run: it resumes from the last.ckpt, as after any kill.
+the lock, and its children die with it (the kernel's parent-death signal: train.py, and scoring's
+evaluate.py and average_checkpoints.py alike, all started by `start`), so a next start never finds a
+half-owned run: it resumes from the last.ckpt, as after any kill. A stop that comes while a child is
+being started waits (the stop signals are blocked) until the child is among those it is passed on to.
 """
 
 import functools
@@ -16,15 +18,17 @@ import shutil
 import site
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from seq2seq.atomic import atomic_write_text
-from seq2seq.data.cachelock import Owner, die_with_parent, exclusive
+from seq2seq.data.cachelock import die_with_parent, exclusive, holder
 from seq2seq.errors import STOPPED
 from seq2seq.machine import provenance
-from seq2seq.signals import STOPS
+from seq2seq.signals import STOPS, default_stops, held
 from seq2seq.study.layout import Study
 from seq2seq.study.spec import Run, StudySpec
 
@@ -33,18 +37,38 @@ from seq2seq.study.spec import Run, StudySpec
 COMMAND = (sys.executable, "-m", "seq2seq")
 
 
+@dataclass
+class Budget:
+    """A sitting's `--max-minutes` (None: no limit), counted from `started` (`time.monotonic()` when
+    the sitting's process began): waiting for the run's lock, preparing the data, training and
+    scoring all count against it."""
+
+    minutes: float | None
+    started: float = field(default_factory=time.monotonic)
+
+    def left(self) -> float | None:
+        """Minutes left (zero or less once spent); None without a limit."""
+        if self.minutes is None:
+            return None
+        return self.minutes - (time.monotonic() - self.started) / 60
+
+    def spent(self) -> bool:
+        left = self.left()
+        return left is not None and left <= 0
+
+
 def train_command(
     study: Study, spec: StudySpec, run: Run, max_minutes: float | None = None
 ) -> list[str]:
-    """The `seq2seq train` command of `run`: from scratch, or resuming its last.ckpt; `max_minutes` limits
-    the sitting (train.py stops on an update boundary with last.ckpt saved, status 4)."""
+    """The `seq2seq train` command of `run`: from scratch, or resuming its last.ckpt; `max_minutes`
+    (what is left of the sitting's `Budget`) limits it (it stops with last.ckpt saved, status 4)."""
     flags = spec.train_flags(run)
     command = [*COMMAND, "train", *flags]
     command += ["--log-dir", str(study.work_dir / "runs"), "--run-name", run.name]
     if not any(flag.split("=")[0] == "--cache-dir" for flag in flags):
         command += ["--cache-dir", str(study.work_dir / "cache")]  # one cache for all runs
     if max_minutes is not None:
-        command += ["--max-minutes", str(max_minutes)]
+        command += ["--max-minutes", f"{max_minutes:.6g}"]
     if study.last_checkpoint(run).is_file():
         command += ["--resume", str(study.last_checkpoint(run))]
     return command
@@ -59,24 +83,52 @@ def run_lock(study: Study, run: Run) -> Iterator[None]:
 
     def log(message: str) -> None:
         if message.startswith("waiting for"):
-            try:
-                holder = Owner.from_tag(lock.read_text().strip())
-            except OSError:
-                holder = None
             message = (
-                f"{run.name}: waiting for {holder or 'another process'}, which is training or "
+                f"{run.name}: waiting for {holder(lock) or 'another process'}, which is training or "
                 f"scoring it (lock {lock})"
             )
         print(message, file=sys.stderr, flush=True)
 
-    with exclusive(lock, log):
+    # Without POSIX locks (NFS without its lock daemon, Lustre without flock), a lock file whose
+    # holder is checked for life: running unlocked would let two processes train one run.
+    with exclusive(lock, log, without_locks="lock file"):
         yield
 
 
-def start(command: list[str], **kwargs: object) -> subprocess.Popen:
-    """A child that is killed when this process dies (Linux), so no run trains on unlocked."""
-    preexec = functools.partial(die_with_parent, os.getpid())
-    return subprocess.Popen(command, preexec_fn=preexec, **kwargs)
+def start(
+    command: list[str], children: list[subprocess.Popen] | None = None, **kwargs: object
+) -> subprocess.Popen:
+    """A child that is killed when this process dies (Linux), so no run trains on unlocked; it is
+    appended to `children` (the list a `forwarding` block passes stops on to) before any stop that
+    came while it was being started is handled, so such a stop reaches it too. (The stop signals
+    are blocked meanwhile; in a process of one thread, as study.py's are, that holds them back.)"""
+    with held(STOPS):
+        child = subprocess.Popen(
+            command, preexec_fn=functools.partial(_starting, os.getpid()), **kwargs
+        )
+        if children is not None:
+            children.append(child)
+    return child
+
+
+def _starting(parent: int) -> None:
+    """The child's side of `start`, between fork and exec (the signal mask is inherited: unblock)."""
+    die_with_parent(parent)
+    default_stops()
+
+
+def run_child(command: list[str], **kwargs: object) -> subprocess.CompletedProcess:
+    """`subprocess.run(command, capture_output=True, text=True)` for a child started as `start`
+    starts one (scoring's evaluate.py and average_checkpoints.py); an exception while it runs (a
+    stop's) kills it before passing on."""
+    with start(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+               **kwargs) as child:  # fmt: skip
+        try:
+            out, err = child.communicate()
+        except BaseException:
+            child.kill()
+            raise
+    return subprocess.CompletedProcess(command, child.returncode, out, err)
 
 
 def train(
@@ -101,8 +153,9 @@ def train(
     with open(study.run_dir(run) / "train.log", "ab") as log:
         log.write(f"\n$ {shlex.join(command)}\n".encode())
         log.flush()
-        process = start(command, env=thread_env(threads), stdout=log, stderr=subprocess.STDOUT)
-        children.append(process)
+        process = start(
+            command, children, env=thread_env(threads), stdout=log, stderr=subprocess.STDOUT
+        )
         status = exit_status(process.wait())
     if status == 0:
         atomic_write_text(study.trained_marker(run), json.dumps(provenance()) + "\n")

@@ -104,6 +104,7 @@ def run_one(study: Study, run: Run, threads: int | None, max_minutes: float | No
     """Train `run` to its end, resuming what is there, then score it in a fresh process, holding the
     run's lock throughout. Every stop (SIGTERM, SIGUSR1) ends it with status 4: passed on to the
     child at work, or, with none at work (waiting for the lock, starting), ending it at once."""
+    budget = process.Budget(max_minutes)  # from now: the wait for the lock counts too
     spec = study.load_spec()
     check_run(spec, run)
     threads = threads or os.cpu_count() or 1
@@ -117,7 +118,7 @@ def run_one(study: Study, run: Run, threads: int | None, max_minutes: float | No
 
     try:
         with forwarding(children, then=stop), process.run_lock(study, run):
-            status = train_and_score(study, spec, run, threads, max_minutes, children, stops)
+            status = train_and_score(study, spec, run, threads, budget, children, stops)
     except Stopped as stopped:
         print(f"{run.name}: {stopped.reason}; start it again to continue", file=sys.stderr)
         return STOPPED
@@ -133,14 +134,19 @@ def train_and_score(
     spec: StudySpec,
     run: Run,
     threads: int,
-    max_minutes: float | None,
+    budget: process.Budget,
     children: list[subprocess.Popen],
     stops: list[int],
 ) -> int:
     """The steps `run` still needs, read from its files under its lock: train, then score; no step
-    begins after a stop (`stops` not empty), even when the child finished its own."""
+    begins after a stop (`stops` not empty), even when the child finished its own, nor once the
+    sitting's `budget` is spent (status 4 then)."""
+    spent = f"{run.name}: --max-minutes {budget.minutes or 0:g} spent"  # said once it is
     if study.state(run) in ("new", "partial"):
-        status = process.train(study, spec, run, threads, children, max_minutes)
+        if budget.spent():
+            print(f"{spent} before training began; start it again to continue", file=sys.stderr)
+            return STOPPED
+        status = process.train(study, spec, run, threads, children, budget.left())
         if status == STOPPED:
             print(f"{run.name}: stopped with last.ckpt saved; start it again to continue",
                   file=sys.stderr)  # fmt: skip
@@ -150,11 +156,13 @@ def train_and_score(
             print(f"{run.name}: train.py exited with status {status}; see {log}", file=sys.stderr)
             return status
     if study.state(run) == "trained" and not stops:
+        if budget.spent():
+            print(f"{spent}: trained, scored at the next start", file=sys.stderr)
+            return STOPPED
         # A new process, so a run trained for hours is scored by the code of now.
         command = [*process.COMMAND, "study", "score", str(study.folder), run.variant,
                    str(run.seed), "--work-dir", str(study.work_dir)]  # fmt: skip
-        child = process.start(command, env=process.thread_env(threads))  # the run's cores
-        children.append(child)
+        child = process.start(command, children, env=process.thread_env(threads))  # its cores
         return process.exit_status(child.wait())
     return 0
 

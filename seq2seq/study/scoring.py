@@ -8,22 +8,21 @@
 3. From the run's own TensorBoard events: its wall time, updates and mean training tokens/s.
 
 The result goes to `<study>/runs/<run>/result.json` (written last, whole: its presence means done),
-beside the hypotheses it was scored on.
+beside the hypotheses it was scored on. The commands it runs are children that die with it
+(seq2seq.study.process.run_child), and `seq2seq evaluate` writes its `--out` and `--json` files whole.
 """
 
 import json
-import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from seq2seq.atomic import atomic_write_text
+from seq2seq.atomic import atomic_write_bytes, atomic_write_text
 from seq2seq.errors import UserError
 from seq2seq.machine import provenance
 from seq2seq.study.events import trained_precision, training_figures
 from seq2seq.study.layout import Study
-from seq2seq.study.process import COMMAND, package_env
+from seq2seq.study.process import COMMAND, package_env, run_child
 from seq2seq.study.spec import Run, StudySpec
 
 
@@ -50,11 +49,20 @@ def evaluate(checkpoint: Path, split: str, beam: int, out: Path, *extra: str) ->
         report = Path(tmp) / "result.json"
         command = [*COMMAND, "evaluate", str(checkpoint), "--split", split,
                    "--beam", str(beam), "--out", str(out), "--json", str(report), *extra]  # fmt: skip
-        done = subprocess.run(command, env=package_env(), capture_output=True, text=True)
+        done = run_child(command, env=package_env())  # dies with this process, as training does
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
             raise UserError(f"evaluate.py {checkpoint} --split {split}: {last}")
         return json.loads(report.read_text("utf-8"))
+
+
+def _average(paths: list[Path], out: Path) -> None:
+    """`seq2seq average` of `paths` into `out` (written whole, by that command)."""
+    command = [*COMMAND, "average", *map(str, paths), "--out", str(out)]
+    done = run_child(command, env=package_env())  # dies with this process, as training does
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise UserError(f"average_checkpoints.py into {out}: {said}")
 
 
 def choose_checkpoint(study: Study, spec: StudySpec, run: Run) -> dict[str, Any]:
@@ -74,17 +82,13 @@ def choose_checkpoint(study: Study, spec: StudySpec, run: Run) -> dict[str, Any]
     if len(best) >= 2:
         average = scratch / "average.ckpt"
         if not average.is_file():
-            command = [*COMMAND, "average", *(str(path) for path, _ in best),
-                       "--out", str(average)]  # fmt: skip
-            subprocess.run(command, env=package_env(), check=True, capture_output=True)
+            _average([path for path, _ in best], average)
         candidates[f"average of {len(best)} best"] = average
     recent = best_checkpoints(folder, last, monitor="step")
     if len(recent) >= 2:
         latest = scratch / "average-last.ckpt"
         if not latest.is_file():
-            command = [*COMMAND, "average", *(str(path) for path, _ in recent),
-                       "--out", str(latest)]  # fmt: skip
-            subprocess.run(command, env=package_env(), check=True, capture_output=True)
+            _average([path for path, _ in recent], latest)
         candidates[f"average of {len(recent)} last"] = latest
     val = {
         name: evaluate(path, "val", spec.beam, scratch / f"{path.stem}.val.hyp")["bleu"]
@@ -143,6 +147,6 @@ def score_run(study: Study, spec: StudySpec, run: Run) -> dict[str, Any]:
         ],
         "scored": provenance(),
     }
-    shutil.copyfile(hyp, out / f"{spec.split}.hyp")
+    atomic_write_bytes(out / f"{spec.split}.hyp", hyp.read_bytes())
     atomic_write_text(study.result_path(run), json.dumps(result, indent=2) + "\n")
     return result

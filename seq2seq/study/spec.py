@@ -12,16 +12,21 @@ committed spec holds on any clone run from its root.
 import json
 import os
 import shlex
+import signal
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from seq2seq.errors import UserError
+from seq2seq.signals import STOPS
 
 # Flags the study sets itself for every run; a variant may not set them.
 OWN_FLAGS = ("--seed", "--log-dir", "--run-name", "--resume", "--max-minutes")
 # train.py flags whose value is a path (resolved when the spec is read).
 PATH_FLAGS = ("--data-dir", "--cache-dir", "--spm-model", "--guided-alignment", "--config")
+# The stop signal a study's processes pass on to their children besides SIGTERM (seq2seq.signals.STOPS):
+# a variant may not choose another, which the study would not forward (it would end the study).
+FORWARDED_STOP = signal.Signals(STOPS[1]).name.removeprefix("SIG")
 # The split the README's checkpoint rule chooses on: scoring on it would grade the choice itself.
 CHOICE_SPLIT = "val"
 
@@ -178,8 +183,14 @@ def check_spec(spec: StudySpec) -> None:
             if flag.split("=")[0] in OWN_FLAGS:
                 raise UserError(f"variant {name}: {flag.split('=')[0]} is set by the study itself")
         try:  # train.py's own checks: a typo is refused now, not after an hour of other runs
-            parse_args([*spec.flags, *flags])
+            cfg = parse_args([*spec.flags, *flags])
         except SystemExit:  # argparse printed its one-line usage error already
             raise UserError(
                 f"variant {name}: train.py refuses its flags ({shlex.join(flags)})"
             ) from None
+        if cfg.stop_signal != FORWARDED_STOP:
+            raise UserError(
+                f"variant {name}: --stop-signal {cfg.stop_signal}: a study passes SIGTERM and "
+                f"SIG{FORWARDED_STOP} on to its runs, no other; leave --stop-signal out and have the "
+                f"scheduler send SIG{FORWARDED_STOP} (SLURM: --signal={FORWARDED_STOP}@120)"
+            )

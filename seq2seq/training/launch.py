@@ -21,7 +21,7 @@ from seq2seq.machine import native_bf16
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")
 # Lightning's precision names, and the short forms it also takes.
 PRECISIONS = (*typing.get_args(connector._PRECISION_INPUT_STR), "64", "32", "16", "bf16")
-# The figures are scripts/benchmark.py's on such a machine (docs/benchmarks.md).
+# The figures are scripts/benchmark.py's on such a machine (docs/results/benchmarks.md).
 SLOW_BF16 = (
     "warning: --precision {precision}: this CPU has no native bf16 (capability {capability}), and "
     "there bf16 measured 14x slower than fp32 (161 against 2,190 target tokens/s on an AVX2 AMD "
@@ -34,7 +34,7 @@ def resolve_precision(accelerator: str, precision: str, resumed: dict | None = N
     in, so the same command with --resume continues it as it started; a checkpoint written before
     `auto` existed trained in the default of then, 32-true. A new run: bf16-mixed on a CPU with
     native bf16, where it trained faster than fp32 (scripts/benchmark.py) and scored alike over
-    three seeds (docs/study.md, the bf16 study); else 32-true, on GPUs too, where bf16 has not been
+    three seeds (docs/results/study.md, the bf16 study); else 32-true, on GPUs too, where bf16 has not been
     measured. Any other name is returned as given."""
     if precision != "auto":
         return precision

@@ -17,7 +17,7 @@ from seq2seq.models.interface import Seq2Seq
 # (N, V) tensor, 61 MB for 1,920 tokens and V = 8,000, is never made. glibc hands every allocation
 # over 32 MB straight to the kernel and takes it back on free, so each one page-faults in afresh:
 # about 25 ms apiece on a 2-core AVX2 EPYC, four of them an update (logits, log-probabilities,
-# their gradient, a copy). Chunks that size are reused from the heap instead. docs/benchmarks.md
+# their gradient, a copy). Chunks that size are reused from the heap instead. docs/results/benchmarks.md
 # has the profile.
 CHUNK_LOGITS = 1 << 22
 # Each chunk's row count is rounded up to a multiple of ROWS with zero rows that get no loss. Under

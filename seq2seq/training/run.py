@@ -77,7 +77,6 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
     import lightning as L
     from lightning.pytorch.callbacks import EarlyStopping
     from lightning.pytorch.loggers import TensorBoardLogger
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from seq2seq.data.datamodule import TranslationDataModule, check_same_corpus, check_same_order
     from seq2seq.data.prepare import prepare
@@ -127,8 +126,8 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
         folder.save_dir, name=folder.name, version=folder.version, default_hp_metric=False
     )
     ckpt_dir = os.path.join(logger.log_dir, "checkpoints")
-    # Installed now, so a stop asked for while the data is prepared is not lost, and Lightning's
-    # SLURM handler (which writes hpc_ckpt files --resume never reads) finds the signal taken.
+    # Installed now, so a stop asked for while the data is prepared is not lost; it holds the signals
+    # until this function ends (Lightning registers none of its own: seq2seq.training.stops).
     stop = PoliteStop(ckpt_dir, cfg.stop_signal, cfg.max_minutes, started)
     stop.install()
     try:
@@ -155,7 +154,7 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
         L.seed_everything(cfg.seed, workers=True, verbose=False)
         dm = TranslationDataModule(cfg)
         try:  # a stop ends the preparation between chunks, or the wait for another builder's lock
-            prepare(cfg, dm.test_split, stop=stop.pending)
+            prepare(cfg, dm.test_split, stop=stop.pending, budget=stop.spent)
         except Stopped as stopped:
             if trainer.is_global_zero:
                 stop.mark(stopped, resumed_step)  # a resumed run is still stopped at its checkpoint
@@ -208,8 +207,6 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
             raise stopped
         try:
             trainer.fit(system, datamodule=dm, ckpt_path=ckpt_path)
-        except SIGTERMException:  # Lightning's handler, in the moment before PoliteStop takes over
-            raise Stopped("stopped by SIGTERM", None, None) from None
         finally:
             # Lightning leaves its progress bars open when fit raises (a diverged run, a crash): close
             # them, or their last state is printed at interpreter exit, after our one-line error.

@@ -2,10 +2,14 @@
 boundary with `last.ckpt` written, and the script exits with `STOPPED` (never 0: that means trained).
 
 Schedulers stop a job with SIGTERM, then SIGKILL after a grace period; SLURM can be told to send
-another signal first (`#SBATCH --signal=USR1@120`, docs/clusters.md). Lightning's own handling of
-SIGTERM raises `SystemExit` with no status, so the job reports success with nothing saved, and its
-SLURM handler writes `hpc_ckpt_N.ckpt` into the working folder, which `--resume` does not read. `PoliteStop` replaces both: its handler only
-notes the signal, and the run acts on it at the next of these moments:
+another signal first (`#SBATCH --signal=USR1@120`, docs/guides/clusters.md). Lightning's own handling of
+SIGTERM raises `SystemExit` with no status, so the job reports success with nothing saved; under DDP
+its handler runs a collective inside the signal handler; and its SLURM handler writes
+`hpc_ckpt_N.ckpt` into the working folder, which `--resume` does not read. `PoliteStop` replaces them
+all, and holds the signals from `install` (train.py calls it before the data is prepared) to
+`restore` (when train.py ends): Lightning has no setting that turns its registration off, so
+`setup` gives the Trainer a signal connector that registers nothing (`_Unregistered`). The handler
+only notes the signal, and the run acts on it at the next of these moments:
 
 - a training batch about to start on an update boundary (no gradient half accumulated): the run saves
   `last.ckpt` through the atomic checkpoint I/O and raises `Stopped`. Saving there, before the batch,
@@ -17,14 +21,22 @@ notes the signal, and the run acts on it at the next of these moments:
   "restarted mid-evaluation" path) before it trains on. A pass ended halfway would give a BLEU of
   part of the split, and the best-checkpoint tracking would compare it with whole ones.
 - the data being prepared: seq2seq.data.prepare asks `pending` between chunks and while it waits for
-  another process's lock (train.py passes it in).
+  another process's lock, and `spent` between chunks (train.py passes both in): the tokenizer and
+  the cache are built inside `--max-minutes` too. Once the data is ready a sitting trains at least one update
+  before its budget is looked at, so a chain of sittings always moves on.
+
+A signal that comes after `install` but before training starts (while Lightning sets up, inside
+`train_dataloader`) is acted on at the first update boundary: that sitting's first update is saved.
 
 Each stop with a checkpoint leaves `stopped.json` beside `last.ckpt` (`MARKER`: the reason, the update,
 the checkpoint), for a requeue script that cannot see the exit status (torchrun turns a rank's 4 into
-1); the next run in that folder removes it when training starts, so it marks only the last run.
+1). A later sitting in that folder removes it only once it has saved a checkpoint of its own or
+finished, so a sitting killed before either leaves the marker (and the checkpoint it names) in place.
 
 Under DDP every rank must stop after the same update (the next gradient all-reduce would otherwise wait
-for ever): one all-reduce of a flag per update decides it, only when there is more than one process.
+for ever): one all-reduce of a flag per update decides it, only when there is more than one process,
+always in a training hook, never in the signal handler. A signal that reaches one rank alone (rank 0
+of Lightning's own launcher, whose handler used to pass it on) stops all of them at that agreement.
 Validation batches are agreed on the same way, on the batches every rank has (a rank may have one more).
 """
 
@@ -38,6 +50,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.trainer.connectors.signal_connector import _SignalConnector
 from lightning.pytorch.trainer.states import TrainerFn
 
 from seq2seq.atomic import atomic_write_text
@@ -70,20 +83,33 @@ class PoliteStop(Callback):
         self.budget = None if budget_minutes is None else budget_minutes * 60.0
         self.started = time.monotonic() if started is None else started
         self.requested: str | None = None  # the reason to stop, set by a handler or the budget
-        self._handlers = contextlib.ExitStack()  # each install's handlers, restored in reverse
+        self._handlers = contextlib.ExitStack()  # the handlers from before `install`, restored
+        self._installed = False
+        self._restore_at_teardown = False
         self._step: int | None = None
+        self._saved = False  # this sitting has written a checkpoint (MARKER is then out of date)
         self._agreed_batches = 0  # validation batches every rank has (DDP)
 
     def install(self) -> None:
-        """Take over the stop signals (again: Lightning registers its own at the start of fit)."""
-        self._handlers.enter_context(handling(self.signals, self._note))
+        """Take over the stop signals until `restore` (a second call changes nothing)."""
+        if not self._installed:
+            self._handlers.enter_context(handling(self.signals, self._note))
+            self._installed = True
 
     def restore(self) -> None:
-        """The handlers from before the first `install` come back."""
+        """The handlers from before `install` come back."""
         self._handlers.close()
+        self._installed = False
 
     def pending(self) -> str | None:
-        """The reason to stop, when a stop signal has come; None otherwise."""
+        """The reason to stop, when a stop signal has come (or the budget was found spent); None
+        otherwise."""
+        return self.requested
+
+    def spent(self) -> str | None:
+        """The reason to stop once `budget_minutes` have passed (or a signal came); None otherwise.
+        Preparation asks it between chunks: the tokenizer and the cache are built inside the budget."""
+        self._check_budget()
         return self.requested
 
     def _note(self, signum: int, frame: object) -> None:
@@ -98,15 +124,34 @@ class PoliteStop(Callback):
             record = {"reason": stop.reason, "step": step, "checkpoint": str(self.checkpoint)}
             atomic_write_text(self.marker, json.dumps(record) + "\n")
 
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # Called before Lightning registers its handlers: it finds a connector that registers none.
+        trainer._signal_connector = _Unregistered(trainer)
+        # train.py installs before the data is prepared, and restores when it ends.
+        if not self._installed:
+            self.install()
+            self._restore_at_teardown = True  # a caller that did not: the handlers go with fit
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self._restore_at_teardown:
+            self.restore()
+            self._restore_at_teardown = False
+
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.install()
         self._step = trainer.global_step
-        if trainer.is_global_zero:
-            self.marker.unlink(missing_ok=True)  # this run is going on: no longer a stopped one
+        self._saved = False
+
+    def on_save_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        # Called as the checkpoint is assembled; it is on disk when the next hook runs.
+        self._saved = True
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
+        if self._saved:
+            self._forget_marker(trainer)
         if trainer.global_step == self._step:
             return  # no update since the last check: the start of training, or mid-accumulation
         self._step = trainer.global_step
@@ -150,8 +195,26 @@ class PoliteStop(Callback):
             self.mark(stop)
         raise stop
 
-    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self.restore()
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._forget_marker(trainer)  # trained to the end: nothing to requeue
+
+    def _forget_marker(self, trainer: L.Trainer) -> None:
+        """This sitting saved or finished: the run is no longer the stopped one MARKER describes."""
+        self._saved = False
+        if trainer.is_global_zero:
+            self.marker.unlink(missing_ok=True)
+
+
+class _Unregistered(_SignalConnector):
+    """Lightning's signal connector with no handler registered and none restored: PoliteStop holds
+    the signals for the whole run. (Its `received_sigterm` stays False, so Lightning's loops never
+    raise their SIGTERMException.)"""
+
+    def register_signal_handlers(self) -> None:
+        self.received_sigterm = False
+
+    def teardown(self) -> None:
+        pass
 
 
 def _fitting(trainer: L.Trainer) -> bool:

@@ -6,7 +6,7 @@
 
 with q' = 2 W_q q and k'_j = 2 W_k k_j (the factors of 2 folded into the projections, the keys' once a
 batch). A sigmoid costs a CPU less than a tanh, and it is the largest elementwise op of a decoder step
-(why: docs/benchmarks.md#the-output-layer-in-chunks-and-sigmoid-energies-on-an-avx2-cpu). Beyond that:
+(why: docs/results/benchmarks.md#the-output-layer-in-chunks-and-sigmoid-energies-on-an-avx2-cpu). Beyond that:
 
 - without gradients on a CPU (search), rows are scored a few at a time in one reused buffer
   (`scores_in_chunks`): a fresh tensor of a search step's size is mapped afresh and page-faults in;
@@ -86,7 +86,7 @@ def scores_in_chunks(proj_query: Tensor, proj_keys: Tensor, weight: Tensor) -> T
     A search step's energies are large (B = sentences x beams: 1,500 x 20 x 512 is 60 MB), and on a
     CPU every tensor that size is mapped afresh and page-faults in. Rows are scored in one reused
     buffer of SCORE_CHUNK elements instead (why:
-    docs/benchmarks.md#against-the-code-issue-38-was-filed-at-on-an-avx2-cpu).
+    docs/results/benchmarks.md#against-the-code-issue-38-was-filed-at-on-an-avx2-cpu).
     """
     B, S, A = proj_keys.shape
     dtype = torch.result_type(proj_query, proj_keys)

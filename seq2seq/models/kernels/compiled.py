@@ -121,7 +121,7 @@ class CompiledRNN:
     """
 
     # On the CPU the gain is the fusion within a step, which one step per graph keeps (why:
-    # docs/benchmarks.md#figures-once-kept-in-the-model-code). On a GPU a call costs a launch.
+    # docs/results/benchmarks.md#figures-once-kept-in-the-model-code). On a GPU a call costs a launch.
     CHUNK = {"cuda": 8, "cpu": 1}
 
     def __init__(

@@ -8,13 +8,13 @@
 - when a CPU computes gradients in fp32, eagerly, the steps run through
   seq2seq.models.kernels.deferred, which takes the gradients of what every step reads (the GRU
   cell's weights, the embeddings, the encoder outputs, the additive keys and w_v) once per batch
-  (why: docs/benchmarks.md#the-decoders-steps-with-gradients-gathered-once-a-batch-on-an-avx2-cpu).
+  (why: docs/results/benchmarks.md#the-decoders-steps-with-gradients-gathered-once-a-batch-on-an-avx2-cpu).
   A scorer it does not know (any but `SigmoidAdditiveScorer`) is called as the module it is.
 
 `Fp32RecurrenceRNN` is `RNNSeq2Seq` with autocast off on a CPU around the encoder and the decoder
 steps: under CPU autocast every matmul goes to oneDNN, which builds a primitive for each new shape and
 keeps it, and here shapes change with every batch, so resident memory grew (why:
-docs/benchmarks.md#figures-once-kept-in-the-model-code). Training's output layer stays in bf16.
+docs/results/benchmarks.md#figures-once-kept-in-the-model-code). Training's output layer stays in bf16.
 
 Dimension letters (the table in seq2seq.models.interface): B batch, S source length, T target length,
 E embedding, H hidden, A additive-attention size, V vocabulary.

@@ -16,7 +16,7 @@ the encoder outputs' gradient as one (B, S, T) x (B, T, H) matmul; `EnergyStep` 
 the keys' gradient into one (B, S, A) sum in place, and folds the factor w_v, equal for every step,
 in once. The arithmetic is the modules'; tests/test_kernels_rnn.py checks outputs and every gradient
 against them (why:
-docs/benchmarks.md#the-decoders-steps-with-gradients-gathered-once-a-batch-on-an-avx2-cpu).
+docs/results/benchmarks.md#the-decoders-steps-with-gradients-gathered-once-a-batch-on-an-avx2-cpu).
 The decoder that uses them is seq2seq.models.kernels.decoder:
 
     cell_bank = Bank(rows_per_step, batch, cell, like)

@@ -2,7 +2,7 @@
 
 On a CPU, `nn.Dropout` draws its mask with `bernoulli_`, which costs more than the rest of the op;
 `torch.rand` and a comparison give the same distribution for less (why:
-docs/benchmarks.md#rows-that-end-the-losss-weight-gradient-adam-and-dropout-on-an-avx2-cpu). On a GPU,
+docs/results/benchmarks.md#rows-that-end-the-losss-weight-gradient-adam-and-dropout-on-an-avx2-cpu). On a GPU,
 `nn.Dropout`'s fused kernel runs as it is.
 """
 

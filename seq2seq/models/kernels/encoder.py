@@ -4,7 +4,7 @@
 gates a step at a time, and each slice's backward fills a (tokens, 3H/2) gradient; so when a CPU
 trains, `UnpackedBiGRUEncoder` runs each direction as its own call over the padded batch, the backward
 one over each row reversed within its length (why:
-docs/benchmarks.md#the-encoder-unpacked-in-training-the-scorers-factor-2-on-an-avx2-cpu). Without
+docs/results/benchmarks.md#the-encoder-unpacked-in-training-the-scorers-factor-2-on-an-avx2-cpu). Without
 gradients packed stays faster, as it computes no padding.
 
 Dimension letters (the table in seq2seq.models.interface): B batch, S source length, E embedding,

@@ -1,6 +1,6 @@
 """Paired A/B of a training update: the given functions as at a commit (A) against the working tree (B).
 
-    python docs/analysis/paired_ab.py N REV path/to/module.py:Class.attr [...] [path/to/dep.py ...]
+    python docs/tools/paired_ab.py N REV path/to/module.py:Class.attr [...] [path/to/dep.py ...]
         [--path NAME] [-- train.py flags]
 
 Builds the data and the model as `scripts/benchmark.py` does (its `fast` path unless `--path` names

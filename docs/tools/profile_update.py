@@ -1,6 +1,6 @@
 """Where a training update's time goes, per op and per input shape: torch.profiler over benchmark paths.
 
-    python docs/analysis/profile_update.py [--paths fast bf16] [--updates N] [--rows N] [train.py flags]
+    python docs/tools/profile_update.py [--paths fast bf16] [--updates N] [--rows N] [train.py flags]
 
 Builds the data and the model as `scripts/benchmark.py` does (its `fast` path unless `--paths` names
 others: the loss training runs, forward, backward, clipping and Adam), warms up, then profiles
@@ -9,7 +9,7 @@ rest, and the heaviest ops by self CPU time, one row per op and input shape. Wit
 ends with a table of each path's matmul time by dtype (their FLOPs from the shapes: 2 m n k) and
 the rest, and, where one path has bf16 matmuls, a bound: each path's update if its fp32 matmuls ran
 at that measured bf16 rate and nothing else changed, against the first path. What it showed, and
-what came of it: docs/benchmarks.md.
+what came of it: docs/results/benchmarks.md.
 """
 
 import sys

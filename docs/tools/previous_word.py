@@ -5,9 +5,9 @@ piece t-1 (DESIGN.md §1). This splits the linked target words of a gold (or sil
 whether the model's most likely piece at the step before the word's first piece was the reference's
 piece, and prints how often each group's best source word (`tgt2src`) is a gold link. Then the AER the
 `tgt2src` reading would have if it were right on every linked word of the first group (and the first
-word of each sentence), the rest unchanged. The output of docs/alignments.md was printed by
+word of each sentence), the rest unchanged. The output of docs/guides/alignments.md was printed by
 
-    python docs/analysis/previous_word.py CKPT data/silver/test_2016_flickr.de-en.align \
+    python docs/tools/previous_word.py CKPT data/silver/test_2016_flickr.de-en.align \
         ../shared/data/multi30k/test_2016_flickr.de.gz ../shared/data/multi30k/test_2016_flickr.en.gz
 """
 

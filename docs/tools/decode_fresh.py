@@ -1,17 +1,17 @@
 """Greedy and beam-5 sentences/s of a checkpoint in a process that does nothing else, as
 evaluate.py, translate.py and the server decode.
 
-    python docs/analysis/decode_fresh.py [--checkpoint CKPT] [--rounds N] [--sentences N]
+    python docs/tools/decode_fresh.py [--checkpoint CKPT] [--rounds N] [--sentences N]
 
 Decodes the Multi30k validation sources (`--src`, default de; BLEU against `--tgt`) with whichever
 `seq2seq` comes first on the path, so two commits compare side by side:
 
     git archive <commit> | tar -x -C /tmp/old
-    PYTHONPATH=/tmp/old python docs/analysis/decode_fresh.py; python docs/analysis/decode_fresh.py
+    PYTHONPATH=/tmp/old python docs/tools/decode_fresh.py; python docs/tools/decode_fresh.py
 
 (A commit before the sub-packages kept the Translator in seq2seq.translator.) Prints one JSON line:
 the package decoded with, sentences/s of each round (greedy, then beam 5) and the BLEU of each
-search. What it showed: docs/benchmarks.md.
+search. What it showed: docs/results/benchmarks.md.
 """
 
 import argparse

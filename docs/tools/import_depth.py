@@ -1,6 +1,6 @@
 """The package's import graph at a glance: modules per folder and the longest chain of imports.
 
-    python docs/analysis/import_depth.py [CHECKOUT]     # default: this checkout
+    python docs/tools/import_depth.py [CHECKOUT]     # default: this checkout
 
 Every `import` and `from ... import` of a seq2seq module counts, at module level or inside a function;
 the package's own `__init__` (the lazy `Translator` and `load_model`) is left out, as it imports on

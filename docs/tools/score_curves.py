@@ -4,9 +4,9 @@ Prints, per run, `val/score_std` (the standard deviation of the scores the softm
 row's real source positions), `val/max_weight` and `val/attn_entropy` at chosen validations, as a
 Markdown table; with `--png`, draws the first two over updates, one line per run, a colour per
 variant (the run's name before `-seed`). By default train.py validates once an epoch, so validation k
-is the end of epoch k. The curves in docs/study.md were printed and drawn by
+is the end of epoch k. The curves in docs/results/study.md were printed and drawn by
 
-    python docs/analysis/score_curves.py /root/study-work/runs/{additive,dot,scaled}-seed2 \
+    python docs/tools/score_curves.py /root/study-work/runs/{additive,dot,scaled}-seed2 \
         --at 1 2 5 10 20 --png docs/figures/score-curves.png
 """
 
