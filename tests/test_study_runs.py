@@ -3,6 +3,7 @@
 continued to its end; one process per run (a second waits on the run's lock, saying for whom, and a
 stop ends its wait with status 4); a stop that comes while a child starts reaches it."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -74,9 +75,10 @@ def test_a_study_from_another_folder_stops_and_resumes_to_its_end(tiny_corpus, t
     from seq2seq.data.prepare import cache_lock
     from seq2seq.training.config import parse_args
 
-    cfg = parse_args([*spec["flags"], "--cache-dir", str(work / "cache")])
+    with contextlib.chdir(caller):  # the spec's paths are the caller's folder's, as the runs' are
+        lock = cache_lock(parse_args([*spec["flags"], "--cache-dir", str(work / "cache")]))
     log = work / "runs" / "a-seed1" / "train.log"
-    with exclusive(cache_lock(cfg), print):
+    with exclusive(lock, print):
         stopped = subprocess.Popen(command, cwd=caller, env=ENV, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.PIPE, text=True)  # fmt: skip
         try:
