@@ -34,8 +34,9 @@ def resolve_precision(accelerator: str, precision: str, resumed: dict | None = N
     in, so the same command with --resume continues it as it started; a checkpoint written before
     `auto` existed trained in the default of then, 32-true. A new run: bf16-mixed on a CPU with
     native bf16, where it trained faster than fp32 (scripts/benchmark.py) and scored alike over
-    three seeds (docs/results/study.md, the bf16 study); else 32-true, on GPUs too, where bf16 has not been
-    measured. Any other name is returned as given."""
+    three seeds (docs/results/study.md, the bf16 study); else 32-true, on GPUs too, where bf16
+    trained slower than fp32 (docs/results/benchmarks.md, on an H200). Any other name is returned as
+    given."""
     if precision != "auto":
         return precision
     if resumed is not None:
