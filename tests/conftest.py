@@ -4,10 +4,8 @@ import os
 
 os.environ["HF_DATASETS_OFFLINE"] = "1"  # before anything imports datasets: tests never download
 
-import importlib.util
 import random
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
@@ -86,17 +84,6 @@ def tiny_tokenizer(tiny_corpus: Path) -> Tokenizer:
     for lang in ("de", "en"):
         texts += (tiny_corpus / f"train.{lang}").read_text("utf-8").splitlines()
     return Tokenizer.train(texts, vocab_size=100)
-
-
-def load_script(name: str, folder: str = "scripts") -> ModuleType:
-    """Import `<folder>/<name>.py` (a path from the repository root) as a module, so tests call its
-    `main(argv)` in-process: for the benchmarks and analyses, which stay scripts; the commands are
-    the package's (`seq2seq.commands`), and their scripts are shims no test loads."""
-    path = Path(__file__).resolve().parents[1] / folder / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"{folder.replace('/', '_')}_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def tiny_train_args(corpus: Path, log_dir: Path, *extra: str) -> list[str]:

@@ -10,6 +10,9 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
+from seq2seq.benchmarks import memory as benchmark_memory
+from seq2seq.benchmarks import plots as plot_benchmarks
+from seq2seq.benchmarks import speed as benchmark
 from seq2seq.data.batching import collate
 from seq2seq.models.kernels import accelerate
 from seq2seq.models.reference import reference_loss
@@ -17,11 +20,7 @@ from seq2seq.models.rnn import RNNSeq2Seq
 from seq2seq.models.transformer import TransformerSeq2Seq
 from seq2seq.training.config import TrainConfig
 from seq2seq.training.losses import batch_loss
-from tests.conftest import load_script
 
-benchmark = load_script("benchmark")
-benchmark_memory = load_script("benchmark_memory")
-plot_benchmarks = load_script("plot_benchmarks")
 TINY = ["--vocab-size", "100", "--emb-size", "16", "--hidden-size", "32", "--batch-tokens", "400"]
 
 
@@ -292,7 +291,8 @@ def test_profile_split_counts_each_matmul_once_by_dtype_with_its_flops():
     (addmm's added term skipped, bmm's batch counted), and every other aten op as 'other'."""
     from torch.profiler import ProfilerActivity, profile
 
-    profile_update = load_script("profile_update", "docs/tools")
+    from seq2seq.benchmarks import profile as profile_update
+
     a, b, bias = torch.randn(6, 4), torch.randn(4, 3), torch.randn(3)
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         a @ b  # fp32: 2 * 6 * 4 * 3

@@ -36,6 +36,16 @@ def _run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300)  # fmt: skip
 
 
+# scripts/<file> and docs/tools/<file> -> the benchmark module each runs
+BENCHMARK_SHIMS = {
+    "scripts/benchmark.py": "speed",
+    "scripts/benchmark_memory.py": "memory",
+    "scripts/benchmark_scale.py": "scale",
+    "scripts/plot_benchmarks.py": "plots",
+    "docs/tools/profile_update.py": "profile",
+}
+
+
 def test_python_m_seq2seq_lists_every_command_and_the_console_script_is_its_main(
     tmp_path: Path,
 ) -> None:
@@ -71,6 +81,17 @@ def test_every_command_script_is_a_shim_over_its_command() -> None:
         )
         functions = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)]
         assert functions == [], f"scripts/{name} holds code of its own"
+
+
+def test_every_benchmark_script_is_a_shim_over_the_package() -> None:
+    for path, module in BENCHMARK_SHIMS.items():
+        tree = ast.parse((ROOT / path).read_text("utf-8"))
+        imports = [node for node in tree.body if isinstance(node, ast.ImportFrom)]
+        assert [(i.module, [a.name for a in i.names]) for i in imports] == [
+            (f"seq2seq.benchmarks.{module}", ["main"])
+        ], path
+        functions = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)]
+        assert functions == [], f"{path} holds code of its own"
 
 
 @pytest.mark.slow

@@ -17,7 +17,17 @@ from tests.conftest import PREMOVE_SIZES, tiny_train_args, write_corpus
 ROOT = Path(__file__).resolve().parents[1]
 BASICS = {"__init__", "errors", "atomic", "checkpoint", "cli", "machine", "signals"}
 ENTRY = "__main__"  # `python -m seq2seq`: hands over to seq2seq.commands, above every layer
-FOLDERS = {"models", "data", "alignment", "decoding", "training", "study", "serving", "commands"}
+FOLDERS = {
+    "models",
+    "data",
+    "alignment",
+    "decoding",
+    "training",
+    "study",
+    "serving",
+    "commands",
+    "benchmarks",
+}
 
 
 def lint_imports(package_parent: Path) -> subprocess.CompletedProcess:

@@ -6,10 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import load_script
-
-plot_benchmarks = load_script("plot_benchmarks")
-benchmark_scale = load_script("benchmark_scale")
+from seq2seq.benchmarks import plots as plot_benchmarks
+from seq2seq.benchmarks import scale as benchmark_scale
 
 
 @pytest.mark.slow

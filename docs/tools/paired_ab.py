@@ -19,14 +19,11 @@ import subprocess
 import sys
 import time
 import types
-from pathlib import Path as FilePath
 
 import torch
 
-sys.path.insert(0, str(FilePath(__file__).resolve().parents[2] / "scripts"))
-from benchmark import make_paths  # noqa: E402
-
-from seq2seq.training.config import parse_args  # noqa: E402
+from seq2seq.benchmarks.speed import make_paths
+from seq2seq.training.config import parse_args
 
 
 def source_at(rev: str, path: str) -> str:
