@@ -381,7 +381,7 @@ def test_a_shard_overwritten_in_place_is_one_line_naming_it_and_rebuilt_when_del
     from tests.conftest import tiny_train_args
 
     args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--max-steps", "2")
-    train = [sys.executable, str(TRAIN), *args]
+    train = [sys.executable, *TRAIN, *args]
     first = subprocess.run(train, cwd=tmp_path, env=_env(), capture_output=True, text=True,
                            timeout=300)  # fmt: skip
     assert first.returncode == 0, first.stderr[-2000:]
