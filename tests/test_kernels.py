@@ -174,14 +174,14 @@ def test_a_scorer_the_kernels_do_not_know_trains_with_them_and_without(scorer: t
     assert kernels.decoder.scorer.key_proj.weight.grad.abs().sum() > 0  # the new scorer learned too
 
 
-def test_the_models_links_into_the_benchmark_log_name_its_headings() -> None:
-    """The model code keeps no timings; where a reader needs the why it links docs/results/benchmarks.md."""
+def test_the_packages_links_into_the_benchmark_log_name_its_headings() -> None:
+    """The package keeps no timings; where a reader needs the why it links docs/results/benchmarks.md."""
     from tests.test_docs import ROOT, anchors
 
     known = anchors(ROOT / "docs" / "results" / "benchmarks.md")
     cited = {
         anchor
-        for module in (ROOT / "seq2seq" / "models").rglob("*.py")
+        for module in (ROOT / "seq2seq").rglob("*.py")
         for anchor in re.findall(r"docs/results/benchmarks\.md#([\w-]+)", module.read_text("utf-8"))
     }
     assert len(cited) >= 4 and sorted(cited - known) == []

@@ -75,8 +75,9 @@ def step_log_probs(logits: Tensor) -> Tensor:
     """A search step's log-probabilities, (B, V) -> (B, V) fp32, with NEVER banned.
 
     On a CPU the softmax is written over the logits, which the search reads nowhere else: a fresh
-    (B, V) tensor there is mapped afresh and page-faults in (1,500 x 8,000 took 22.8 ms against 6.1 in
-    place, 2-core AVX2 EPYC, 2 threads). The row-wise kernel reads a row before it writes it.
+    (B, V) tensor there is mapped afresh and page-faults in (measured:
+    docs/results/benchmarks.md#against-the-code-issue-38-was-filed-at-on-an-avx2-cpu). The row-wise kernel reads a row before
+    it writes it.
     """
     logits = logits.float()  # (B, V)
     if logits.device.type == "cpu":

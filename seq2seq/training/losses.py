@@ -15,10 +15,10 @@ from seq2seq.models.interface import Seq2Seq
 
 # The output layer works through a batch's rows this many logits at a time (16 MB in fp32): a
 # (N, V) tensor, 61 MB for 1,920 tokens and V = 8,000, is never made. glibc hands every allocation
-# over 32 MB straight to the kernel and takes it back on free, so each one page-faults in afresh:
-# about 25 ms apiece on a 2-core AVX2 EPYC, four of them an update (logits, log-probabilities,
-# their gradient, a copy). Chunks that size are reused from the heap instead. docs/results/benchmarks.md
-# has the profile.
+# over 32 MB straight to the kernel and takes it back on free, so each one page-faults in afresh,
+# four of them an update (logits, log-probabilities, their gradient, a copy). Chunks that size are
+# reused from the heap instead (measured:
+# docs/results/benchmarks.md#the-output-layer-in-chunks-and-sigmoid-energies-on-an-avx2-cpu).
 CHUNK_LOGITS = 1 << 22
 # Each chunk's row count is rounded up to a multiple of ROWS with zero rows that get no loss. Under
 # bf16 autocast on a CPU every new shape of a matmul is a oneDNN primitive whose memory is not given
@@ -26,9 +26,9 @@ CHUNK_LOGITS = 1 << 22
 # at most rows_per_chunk / ROWS shapes occur.
 ROWS = 64
 # The chunks' buffers, kept from one call to the next by (name, columns, dtype, device): each new
-# buffer would be fresh pages, a page fault apiece on first write (about 2 ms a MB on a 2-core EPYC
-# VM: 30 ms for 16 MB of logits, every update). Under autocast that is four of them: the logits in
-# bf16 and in fp32, the weight cast and its gradient's bf16 product.
+# buffer would be fresh pages, a page fault apiece on first write, every update (measured:
+# docs/results/benchmarks.md#the-output-losss-buffers-kept-and-a-bf16-decoder-cell-tried-on-an-avx512-bf16-cpu). Under autocast that is four of them: the logits in bf16 and in fp32, the weight
+# cast and its gradient's bf16 product.
 _KEPT: dict[tuple, Tensor] = {}
 
 

@@ -59,8 +59,8 @@ def word_dropout(batch: dict[str, Tensor], p: float) -> dict[str, Tensor]:
 
 def adam(params: Any, lr: float) -> torch.optim.Adam:
     """Training's optimizer: Adam with betas (0.9, 0.98) and eps 1e-9, as one fused kernel per
-    parameter. The default kernels pass over every parameter a dozen times: for the default GRU's
-    5.8 M parameters, on a 2-core AVX2 EPYC (torch 2.13, 2 threads), a step took 9-16 ms against 3 fused.
+    parameter: the default kernels pass over every parameter a dozen times (measured:
+    docs/results/benchmarks.md#rows-that-end-the-losss-weight-gradient-adam-and-dropout-on-an-avx2-cpu).
     A run resumed from a checkpoint keeps the kernel it was saved with (the group's `fused` flag).
     """
     return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
