@@ -32,10 +32,10 @@ import torch
 from seq2seq.atomic import atomic_write
 from seq2seq.errors import UserError
 
-# The constructor arguments each model kind keeps in a checkpoint's `model_args`, besides
-# `vocab_size`: the file format's record, which `seq2seq.models.build` builds models from and which a
-# seq2seq 0.1 checkpoint's config must hold in full.
-MODEL_KEYS = {
+# What seq2seq 0.1 wrote, frozen: the model settings each kind's config held (besides `vocab_size`),
+# which `model_args` is rebuilt from when a 0.1 checkpoint is read. A record of that file format, not of
+# today's models (their settings: seq2seq.models.config; the ones added since keep their defaults).
+FORMAT_01_MODEL_KEYS = {
     "rnn": ("emb_size", "hidden_size", "score", "attn_size", "enc_layers", "dropout",
             "tie_embeddings"),
     "transformer": ("d_model", "heads", "layers", "ff_size", "dropout", "post_ln",
@@ -84,10 +84,15 @@ def _model_args_v01(path: Path, hparams: Any) -> dict[str, Any]:
     if not isinstance(config, dict) or "vocab_size" not in hparams:
         raise UserError(f"{path}: not a seq2seq checkpoint (no model arguments inside)")
     kind = config.get("model", "rnn")
-    if kind not in MODEL_KEYS or any(key not in config for key in MODEL_KEYS[kind]):
+    keys = FORMAT_01_MODEL_KEYS.get(kind)
+    if keys is None or any(key not in config for key in keys):
         raise UserError(f"{path}: written by an unknown version of seq2seq (model {kind!r})")
-    sizes = {key: config[key] for key in MODEL_KEYS[kind]}
+    sizes = {key: config[key] for key in keys}
     return {"model": kind, "vocab_size": hparams["vocab_size"], **sizes}
+
+
+# What a checkpoint's `hyper_parameters["corpus"]` names: enough to find the training corpus again.
+CORPUS_KEYS = ("dataset", "data_dir", "src", "tgt")
 
 
 def corpus_of(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
@@ -96,7 +101,7 @@ def corpus_of(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
     corpus = hparams.get("corpus") or hparams.get("config")  # seq2seq 0.1 kept the whole config
     if not isinstance(corpus, dict):
         return None
-    return {key: corpus.get(key) for key in ("dataset", "data_dir", "src", "tgt")}
+    return {key: corpus.get(key) for key in CORPUS_KEYS}
 
 
 def model_weights(checkpoint: dict[str, Any]) -> dict[str, torch.Tensor]:

@@ -1,5 +1,6 @@
 """What every command line shares: the parser (no abbreviations, errors in one line), flags made from a
-dataclass's fields, and the spelling of a setting as a flag in messages.
+dataclass's fields (each field stated once, with its help and its range: `option`), and the spelling of a
+setting as a flag in messages.
 
 The library names a setting as `name` in its errors; `cli_message` turns that into --name. A script's
 parser is a `Parser`: `--scor additive` is refused instead of read as --score, and a refusal is one
@@ -14,6 +15,8 @@ import types
 import typing
 from typing import Any, Literal, NoReturn
 
+from seq2seq.errors import UserError
+
 
 class Parser(argparse.ArgumentParser):
     """argparse without prefix matching, whose errors are one line naming --help."""
@@ -25,6 +28,48 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
         sys.exit(2)
+
+
+# The ranges `option(..., check=...)` knows; a None value (an optional setting left unset) passes.
+CHECKS = {
+    "positive": (lambda v: v > 0, "must be positive"),
+    "non-negative": (lambda v: v >= 0, "must be zero or more"),
+    "fraction": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
+}
+
+
+def option(default: Any, help: str, check: str | None = None, tags: tuple[str, ...] = ()) -> Any:
+    """A dataclass field that is also a flag: its default, its --help text and, optionally, the
+    range its values must lie in (a key of `CHECKS`, checked by `check_fields`) and the tags of the
+    groups it belongs to (`tagged`)."""
+    if check is not None and check not in CHECKS:
+        raise ValueError(f"unknown check {check!r}; choose one of {', '.join(CHECKS)}")
+    return dataclasses.field(default=default, metadata={"help": help, "check": check, "tags": tags})
+
+
+def tagged(schema: type, tag: str) -> tuple[str, ...]:
+    """The names of the fields of `schema` that carry `tag` (`option(..., tags=...)`)."""
+    return tuple(f.name for f in dataclasses.fields(schema) if tag in f.metadata.get("tags", ()))
+
+
+def part(obj: Any, schema: type) -> Any:
+    """The `schema` dataclass holding `obj`'s values of its fields (a layer's share of a config)."""
+    return schema(**{f.name: getattr(obj, f.name) for f in dataclasses.fields(schema)})
+
+
+def check_fields(obj: Any) -> None:
+    """Refuse values outside a field's Literal choices or its `option(check=...)` range, naming the
+    setting (`name`, which `cli_message` spells as a flag): YAML values skip argparse's checks."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        kind = base_type(hints[f.name])
+        if typing.get_origin(kind) is Literal and value not in typing.get_args(kind):
+            choices = ", ".join(typing.get_args(kind))
+            raise UserError(f"`{f.name}` must be one of {choices}, got {value!r}")
+        check = f.metadata.get("check")
+        if check is not None and value is not None and not CHECKS[check][0](value):
+            raise UserError(f"`{f.name}` {CHECKS[check][1]}, got {value}")
 
 
 def as_flag(name: str) -> str:
@@ -48,20 +93,40 @@ class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def add_flags(parser: argparse.ArgumentParser, schema: type) -> None:
-    """One flag per field of the dataclass `schema`; choices from Literal types; help from metadata."""
+    """One flag per field of the dataclass `schema`; choices from Literal types; help from metadata.
+    A schema made of other dataclasses (TrainConfig) gets one --help section per part, titled by
+    that part's docstring, "title: description"."""
     hints = typing.get_type_hints(schema)
-    for f in dataclasses.fields(schema):
-        kind = base_type(hints[f.name])
-        kwargs: dict[str, Any] = {"default": f.default, "help": f.metadata["help"]}
-        if f.name == "resume":
-            kwargs.update(nargs="?", const="latest", metavar="PATH")
-        elif kind is bool:
-            kwargs["action"] = argparse.BooleanOptionalAction
-        elif typing.get_origin(kind) is Literal:
-            kwargs["choices"] = typing.get_args(kind)
-        else:
-            kwargs["type"] = kind
-        parser.add_argument(as_flag(f.name), dest=f.name, **kwargs)
+    for title, description, fields in _sections(schema):
+        group = parser.add_argument_group(title, description) if title else parser
+        for f in fields:
+            kind = base_type(hints[f.name])
+            kwargs: dict[str, Any] = {"default": f.default, "help": f.metadata["help"]}
+            if f.name == "resume":
+                kwargs.update(nargs="?", const="latest", metavar="PATH")
+            elif kind is bool:
+                kwargs["action"] = argparse.BooleanOptionalAction
+            elif typing.get_origin(kind) is Literal:
+                kwargs["choices"] = typing.get_args(kind)
+            else:
+                kwargs["type"] = kind
+            group.add_argument(as_flag(f.name), dest=f.name, **kwargs)
+
+
+def _sections(schema: type) -> list[tuple[str | None, str | None, list[dataclasses.Field]]]:
+    """(title, description, fields) for each dataclass `schema` is made of, base classes first, from
+    its docstring, "title: description"; one untitled section for a schema of its own fields only."""
+    parts = [c for c in reversed(schema.__mro__[1:]) if dataclasses.is_dataclass(c)]
+    if not parts:
+        return [(None, None, list(dataclasses.fields(schema)))]
+    sections, seen = [], set()
+    for part_class in [*parts, schema]:
+        fields = [f for f in dataclasses.fields(part_class) if f.name not in seen]
+        seen.update(f.name for f in fields)
+        if fields:
+            title, _, description = (part_class.__doc__ or "").partition(":")
+            sections.append((title.strip(), description.strip() or None, fields))
+    return sections
 
 
 def cli_message(err: Exception) -> str:

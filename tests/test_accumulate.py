@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from seq2seq.data.batching import collate
 from seq2seq.models.build import build_model, model_args_from
 from seq2seq.training import callbacks
-from seq2seq.training.config import TrainConfig
+from seq2seq.training.config import OptimConfig, TrainConfig
 from seq2seq.training.losses import batch_loss
 from seq2seq.training.system import TranslationSystem
 
@@ -45,7 +45,7 @@ def make_system(clip_norm: float = 0.0) -> TranslationSystem:
     torch.manual_seed(0)
     cfg = TrainConfig(emb_size=16, hidden_size=32, dropout=0.0)
     model = build_model(model_args_from(cfg, VOCAB))
-    return TranslationSystem(model, None, label_smoothing=0.1, clip_norm=clip_norm)
+    return TranslationSystem(model, None, OptimConfig(label_smoothing=0.1, clip_norm=clip_norm))
 
 
 def reference(parts: list[list[dict]]) -> tuple[dict[str, torch.Tensor], float]:

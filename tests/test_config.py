@@ -2,9 +2,20 @@ import dataclasses
 
 import pytest
 
+from seq2seq.cli import check_fields
+from seq2seq.data.config import DataConfig, order_fields
 from seq2seq.decoding.flags import decoding_parser, search_config
 from seq2seq.errors import UserError
-from seq2seq.training.config import TrainConfig, build_parser, parse_args
+from seq2seq.models.build import build_model, model_args_from, model_keys
+from seq2seq.models.config import ModelConfig
+from seq2seq.training.config import (
+    OptimConfig,
+    RunConfig,
+    TrainConfig,
+    ValidationConfig,
+    build_parser,
+    parse_args,
+)
 
 
 def test_defaults_need_no_flags() -> None:
@@ -143,3 +154,49 @@ def test_decoding_flags_come_from_search_config_and_errors_name_the_flag() -> No
                        "--batch-size")):  # fmt: skip
         with pytest.raises(UserError, match=f"^{flag} "):
             search_config(parser.parse_args(argv))
+
+
+PARTS = (ModelConfig, DataConfig, OptimConfig, ValidationConfig, RunConfig)
+
+
+def test_each_setting_is_declared_in_one_part_and_the_parts_make_the_whole() -> None:
+    """A field declared in two parts would silently shadow the other: each is stated once."""
+    declared = [name for part in PARTS for name in part.__annotations__]
+    assert len(declared) == len(set(declared))
+    assert set(declared) == {f.name for f in dataclasses.fields(TrainConfig)}
+    assert all(isinstance(TrainConfig(), part) for part in PARTS)
+
+
+def test_help_has_one_section_per_part_in_the_order_of_the_layers() -> None:
+    text = build_parser().format_help()
+    titles = [part.__doc__.partition(":")[0] for part in PARTS]
+    assert [line[:-1] for line in text.splitlines() if line[:-1] in titles] == titles
+    # A flag sits in its part's section: --seed (data) before the optimisation heading.
+    body = text[text.index("\nmodel:") :]  # the sections, after the usage lines
+    assert body.index("--seed SEED") < body.index("\noptimisation:") < body.index("--lr LR")
+
+
+def test_every_model_setting_builds_some_model_and_each_kind_takes_its_own() -> None:
+    """model_args are read off the constructors: a ModelConfig field no model takes is dead."""
+    taken = set(model_keys("rnn")) | set(model_keys("transformer"))
+    assert taken == {f.name for f in dataclasses.fields(ModelConfig)} - {"model"}
+    assert "score" in model_keys("rnn") and "score" not in model_keys("transformer")
+    assert "max_len" not in model_keys("transformer")  # the data's max_len, not the positions
+    cfg = TrainConfig(model="transformer", d_model=32, heads=2, layers=1, ff_size=64)
+    model = build_model(model_args_from(cfg, vocab_size=50))
+    assert model.generator.out_features == 50 and len(model.encoder) == 1
+
+
+def test_the_batch_order_settings_are_the_tagged_data_fields() -> None:
+    assert set(order_fields()) == {
+        "seed", "batch_tokens", "accumulate_grad_batches", "max_len", "limit_train_pairs"
+    }  # fmt: skip
+
+
+def test_a_range_stated_on_a_field_is_checked_for_library_callers_too() -> None:
+    """check_fields names the setting; parse_args spells it as the flag."""
+    with pytest.raises(UserError, match=r"^`word_dropout` must be in \[0, 1\), got 1.5$"):
+        check_fields(OptimConfig(word_dropout=1.5))
+    with pytest.raises(UserError, match=r"^--keep-last must be zero or more, got -1$"):
+        parse_args(["--keep-last", "-1"])
+    check_fields(DataConfig(limit_train_pairs=None))  # an unset optional setting passes

@@ -487,7 +487,8 @@ def test_each_dropped_pairs_line_is_logged_whole(
     LOG_LINES[case](tmp_path, request)
     said: list[str] = []
     monkeypatch.setattr(seq2seq.data.datamodule, "rank_zero_info", said.append)
-    dm = TranslationDataModule(parse_args(tiny_train_args(Path("good"), Path("runs"), *flags(row))))
+    cfg = parse_args(tiny_train_args(Path("good"), Path("runs"), *flags(row)))
+    dm = TranslationDataModule(cfg, positions=cfg.positions)
     dm.prepare_data()
     dm.setup("fit")
     assert [line for line in said if "dropped:" in line] == [code(row["log line"])]

@@ -149,7 +149,7 @@ def test_resume_restores_the_saved_state_and_matches_an_uninterrupted_run(
         (("--vocab-size", "90"), "trained with another tokenizer; resume with the same corpus"),
         (
             ("--batch-tokens", "500", "--seed", "2"),
-            "trained with --seed 1, --batch-tokens 400 (now 2, 500); resume with the same settings",
+            "trained with --batch-tokens 400, --seed 1 (now 500, 2); resume with the same settings",
         ),
         (("--accumulate-grad-batches", "2"), "trained with --accumulate-grad-batches 1 (now 2)"),
         # The rows read move with it.

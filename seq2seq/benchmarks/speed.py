@@ -178,7 +178,7 @@ def make_paths(cfg: TrainConfig, names: list[str], device: torch.device) -> tupl
     """The data module, the model's arguments and the paths `names` on `device`, set up."""
     from seq2seq.data.datamodule import TranslationDataModule
 
-    dm = TranslationDataModule(cfg)
+    dm = TranslationDataModule(cfg, positions=cfg.positions)
     dm.prepare_data()
     dm.setup("fit")
     model_args, train = model_args_from(cfg, dm.vocab_size), dm.datasets["train"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import lightning as L
 import numpy as np
@@ -15,26 +15,11 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
 from seq2seq.data.batching import TokenBudgetBatchSampler, collate
-from seq2seq.data.prepare import DataSettings, prepare
+from seq2seq.data.config import DataConfig, order_fields
+from seq2seq.data.prepare import prepare
 from seq2seq.data.split_rows import SplitRows
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.errors import UserError
-from seq2seq.models.transformer_layers import POSITIONS
-
-# The flags that fix the order of training batches: a resumed run must use the checkpoint's, or its
-# count of batches done points into another order (or another prefix of the corpus). A new
-# --max-steps or --max-epochs is allowed: the schedule keeps its horizon (TranslationSystem).
-ORDER_FLAGS = ("seed", "batch_tokens", "accumulate_grad_batches", "max_len", "limit_train_pairs")
-
-
-class LoaderSettings(DataSettings, Protocol):
-    """What the DataModule reads of a run's settings besides preparation's (a TrainConfig has them)."""
-
-    model: str
-    max_len: int
-    batch_tokens: int
-    accumulate_grad_batches: int
-    num_workers: int
 
 
 class LazySplits(Mapping):
@@ -80,13 +65,16 @@ class TranslationDataModule(L.LightningDataModule):
     own names for them) and `counts` (pairs dropped as empty or longer than `max_len` subwords).
     """
 
-    def __init__(self, cfg: LoaderSettings, test_split: str | None = None) -> None:
-        """Args: cfg: the run's config; the data settings (dataset, data_dir, src, tgt, vocab_size,
-        spm_model, spm_sample, limit_train_pairs, batch_tokens, max_len, cache_dir,
-        prepare_workers, seed, num_workers) are read from it.
-        test_split: the split `test` names (default: test_2016_flickr or test, when present)."""
+    def __init__(
+        self, cfg: DataConfig, test_split: str | None = None, positions: int | None = None
+    ) -> None:
+        """Args: cfg: the data settings (a TrainConfig holds them).
+        test_split: the split `test` names (default: test_2016_flickr or test, when present).
+        positions: the longest side (subwords, EOS or BOS not counted) the model can take; longer
+            validation and test pairs are left out of their batches (None: no limit; the
+            Transformer's: `ModelConfig.positions`)."""
         super().__init__()
-        self.cfg, self.test_split = cfg, test_split
+        self.cfg, self.test_split, self.positions = cfg, test_split, positions
         self.tokenizer: Tokenizer | None = None
         self.vocab_size: int | None = None
         self.datasets: Mapping[str, Any] = {}
@@ -117,8 +105,8 @@ class TranslationDataModule(L.LightningDataModule):
         sizes = ", ".join(f"{k} {len(v)}" for k, v in self._rows.items())
         drops = ", ".join(f"{k} {v}" for k, v in self.counts.items() if v)
         limits = f"longer than max_len, {self.cfg.max_len} subwords"
-        if self._position_limit() is not None:
-            limits += f"; in val and test, over the Transformer's {POSITIONS - 1}"
+        if self.positions is not None:
+            limits += f"; in val and test, over the model's {self.positions}"
         rank_zero_info(
             f"{prepared.location}: {sizes} pairs, vocab {self.vocab_size}; dropped: "
             f"{drops or 'none'} (too_long: {limits})"
@@ -143,10 +131,6 @@ class TranslationDataModule(L.LightningDataModule):
             else:
                 reason = f"all {total} pairs are longer than the model's positions"
             raise UserError(f"{location}: the {what} split {name!r} yields no batch: {reason}")
-
-    def _position_limit(self) -> int | None:
-        """The longest side (subwords, EOS or BOS not counted) a model can take in val and test."""
-        return POSITIONS - 1 if self.cfg.model == "transformer" else None
 
     def state_dict(self) -> dict[str, int]:
         """Where training stands in its epoch; saved in checkpoints for a mid-epoch resume."""
@@ -201,7 +185,7 @@ class TranslationDataModule(L.LightningDataModule):
         longer = np.maximum(src, tgt, out=src)  # (N,)
         kind = np.uint16 if split == "train" and self.cfg.max_len < 2**16 - 1 else np.int32
         cost = longer.astype(kind) + kind(1)  # (N,); a uint16 65,535 wraps to 0: left out anyway
-        limit = self.cfg.max_len if split == "train" else self._position_limit()
+        limit = self.cfg.max_len if split == "train" else self.positions
         if limit is not None:
             cost[longer > limit] = 0
         return cost
@@ -232,12 +216,12 @@ class TranslationDataModule(L.LightningDataModule):
         )
 
 
-def order_settings(cfg: LoaderSettings, world_size: int) -> dict[str, Any]:
+def order_settings(cfg: DataConfig, world_size: int) -> dict[str, Any]:
     """What fixes the order of training batches (and so a resume's position in it)."""
-    return {**{name: getattr(cfg, name) for name in ORDER_FLAGS}, "processes": world_size}
+    return {**{name: getattr(cfg, name) for name in order_fields()}, "processes": world_size}
 
 
-def check_same_order(cfg: LoaderSettings, world_size: int, checkpoint: dict, path: Path) -> None:
+def check_same_order(cfg: DataConfig, world_size: int, checkpoint: dict, path: Path) -> None:
     """Refuse to resume `checkpoint` with flags that change the batch order or the processes: its
     count of batches done would point into another order, and the schedule's horizon would move."""
     state = checkpoint.get(TranslationDataModule.__qualname__) or {}

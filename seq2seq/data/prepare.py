@@ -38,12 +38,13 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from seq2seq.atomic import atomic_write_text, fsync_folder
 from seq2seq.data.cachelock import check_stop, exclusive, remove_orphans, temporary_name
+from seq2seq.data.config import DataConfig
 from seq2seq.data.corpus import CHUNK_PAIRS, CorpusSource, Pairs, resolve_corpus, stream_pairs
 from seq2seq.data.links import attach_links, encode_with_links, links_suffix
 from seq2seq.data.shards import (
@@ -68,25 +69,6 @@ from seq2seq.data.tokenizer import (
 )
 from seq2seq.errors import UserError
 
-
-class DataSettings(Protocol):
-    """What preparation reads of a run's settings: a TrainConfig (seq2seq.training.config) has these,
-    and is passed down as one; the data layer never imports the training one."""
-
-    dataset: str
-    data_dir: str | None
-    src: str
-    tgt: str
-    limit_train_pairs: int | None
-    vocab_size: int
-    cache_dir: str
-    spm_model: str | None
-    spm_sample: int
-    seed: int
-    prepare_workers: int | None
-    guided_alignment: str | None
-
-
 FORMAT = 1  # bumped when the folder layout changes, so old caches are not read
 
 
@@ -104,7 +86,7 @@ class Prepared:
 
 
 def prepare(
-    cfg: DataSettings,
+    cfg: DataConfig,
     test_split: str | None = None,
     chunk_size: int = CHUNK_PAIRS,
     stop: Callable[[], str | None] | None = None,
@@ -163,13 +145,13 @@ def _first_reason(*asks: Callable[[], str | None] | None) -> Callable[[], str | 
     return ask
 
 
-def cache_lock(cfg: DataSettings) -> Path:
+def cache_lock(cfg: DataConfig) -> Path:
     """The lock file that the builder of `cfg`'s cache holds (the others wait on it)."""
     source = resolve_corpus(cfg.dataset, cfg.data_dir)
     return _lock_path(cfg, _cache_key(cfg, source, source.find_split("train")))
 
 
-def _cache_key(cfg: DataSettings, source: CorpusSource, train: str) -> str:
+def _cache_key(cfg: DataConfig, source: CorpusSource, train: str) -> str:
     langs = sorted((cfg.src, cfg.tgt))  # the joint model serves both directions
     return _safe(
         f"{source.name}-{'-'.join(langs)}-{cfg.limit_train_pairs or 'all'}-"
@@ -177,7 +159,7 @@ def _cache_key(cfg: DataSettings, source: CorpusSource, train: str) -> str:
     )
 
 
-def _lock_path(cfg: DataSettings, key: str) -> Path:
+def _lock_path(cfg: DataConfig, key: str) -> Path:
     return Path(cfg.cache_dir) / f"{key}.lock"
 
 
@@ -193,7 +175,7 @@ def split_names(source: CorpusSource, test_split: str | None = None) -> dict[str
 
 
 def _complete(
-    cfg: DataSettings, source: CorpusSource, names: dict[str, str], key: str
+    cfg: DataConfig, source: CorpusSource, names: dict[str, str], key: str
 ) -> Prepared | None:
     """The cache when all of it is there, else None."""
     file = Path(cfg.spm_model) if cfg.spm_model is not None else _spm_path(cfg, key)
@@ -207,11 +189,11 @@ def _complete(
     return Prepared(tokenizer, file, paths, names, source.location, meta)
 
 
-def _spm_key(cfg: DataSettings, key: str) -> str:
+def _spm_key(cfg: DataConfig, key: str) -> str:
     return f"{key}-s{cfg.spm_sample}-r{cfg.seed}"  # the sample depends on its size and seed
 
 
-def _spm_path(cfg: DataSettings, key: str) -> Path:
+def _spm_path(cfg: DataConfig, key: str) -> Path:
     return tokenizer_path(cfg.cache_dir, _spm_key(cfg, key), cfg.vocab_size)
 
 
@@ -225,7 +207,7 @@ def _given_tokenizer(path: str | Path) -> Tokenizer:
 
 
 def _tokenizer(
-    cfg: DataSettings,
+    cfg: DataConfig,
     source: CorpusSource,
     train: str,
     key: str,
@@ -259,7 +241,7 @@ def _handed_over(texts: list[str]) -> Iterator[str]:
         yield texts.pop()
 
 
-def _split_path(cfg: DataSettings, source: CorpusSource, split: str, tok: Tokenizer) -> Path:
+def _split_path(cfg: DataConfig, source: CorpusSource, split: str, tok: Tokenizer) -> Path:
     train = split == source.find_split("train")
     limit = cfg.limit_train_pairs if train else None
     model = hashlib.sha1(tok.to_bytes()).hexdigest()[:8]
@@ -270,7 +252,7 @@ def _split_path(cfg: DataSettings, source: CorpusSource, split: str, tok: Tokeni
 
 
 def _encode_split(
-    cfg: DataSettings,
+    cfg: DataConfig,
     source: CorpusSource,
     split: str,
     tok: Tokenizer,

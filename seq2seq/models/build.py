@@ -1,29 +1,34 @@
-"""Models from their arguments: `build_model(model_args)`, and the arguments a training config implies.
+"""Models from their arguments: `build_model(model_args)`, and the arguments a config implies.
 
 `model_args` is a plain dict (`{"model": "rnn", "vocab_size": 8000, "emb_size": 256, ...}`): what a
 checkpoint stores to rebuild the `nn.Module`, apart from the run's flags (log folder, devices, ...).
+Which settings a model kind takes is read off its constructor: the `ModelConfig` fields it names.
 """
 
+import dataclasses
+import inspect
 from typing import Any
 
-from seq2seq.checkpoint import MODEL_KEYS
+from seq2seq.models.config import ModelConfig
 from seq2seq.models.interface import Seq2Seq
 from seq2seq.models.rnn import RNNSeq2Seq
 from seq2seq.models.transformer import TransformerSeq2Seq
 
-# Which attention alignments read (and guided alignment trains): kept apart from MODEL_KEYS, which
-# a seq2seq 0.1 checkpoint's config must hold in full (seq2seq.checkpoint); older ones lack these.
-ALIGNMENT_KEYS = {"rnn": (), "transformer": ("alignment_layer", "alignment_heads")}
 MODELS = {"rnn": RNNSeq2Seq, "transformer": TransformerSeq2Seq}
 
 
+def model_keys(kind: str) -> tuple[str, ...]:
+    """The `ModelConfig` fields model `kind` is built from: those its constructor takes."""
+    if kind not in MODELS:
+        raise ValueError(f"unknown model {kind!r}; choose one of {', '.join(MODELS)}")
+    taken = inspect.signature(MODELS[kind]).parameters
+    return tuple(f.name for f in dataclasses.fields(ModelConfig) if f.name in taken)
+
+
 def model_args_from(config: Any, vocab_size: int) -> dict[str, Any]:
-    """The `model_args` of the model `config.model` at the sizes in `config` (a TrainConfig, or any
-    object with those attributes), for a joint vocabulary of `vocab_size` pieces."""
-    if config.model not in MODEL_KEYS:
-        raise ValueError(f"unknown model {config.model!r}; choose one of {', '.join(MODEL_KEYS)}")
-    keys = MODEL_KEYS[config.model] + ALIGNMENT_KEYS[config.model]
-    sizes = {key: getattr(config, key) for key in keys}
+    """The `model_args` of the model `config.model` at the sizes in `config` (a `ModelConfig`, or a
+    `TrainConfig`, which holds one), for a joint vocabulary of `vocab_size` pieces."""
+    sizes = {key: getattr(config, key) for key in model_keys(config.model)}
     return {"model": config.model, "vocab_size": vocab_size, **sizes}
 
 

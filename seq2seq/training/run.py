@@ -14,11 +14,13 @@ import sys
 import typing
 import warnings
 
+from seq2seq.checkpoint import CORPUS_KEYS
+from seq2seq.cli import part
 from seq2seq.errors import Stopped
-from seq2seq.training.config import TrainConfig
+from seq2seq.training.config import OptimConfig, TrainConfig, ValidationConfig
 
 STOP_SIGNALS = [signal.SIGTERM, *(getattr(signal, f"SIG{name}") for name in typing.get_args(
-    TrainConfig.__annotations__["stop_signal"]))]  # fmt: skip
+    typing.get_type_hints(TrainConfig)["stop_signal"]))]  # fmt: skip
 
 
 def build_trainer(cfg: TrainConfig, callbacks: list, logger) -> "L.Trainer":  # noqa: F821
@@ -152,7 +154,7 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
         if slow and trainer.is_global_zero:
             print(slow, file=sys.stderr)
         L.seed_everything(cfg.seed, workers=True, verbose=False)
-        dm = TranslationDataModule(cfg)
+        dm = TranslationDataModule(cfg, positions=cfg.positions)
         try:  # a stop ends the preparation between chunks, or the wait for another builder's lock
             prepare(cfg, dm.test_split, stop=stop.pending, budget=stop.spent)
         except Stopped as stopped:
@@ -162,28 +164,12 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
         dm.setup("fit")
         # The vocabulary size is known only now that the tokenizer exists.
         model = build_model(model_args_from(cfg, dm.vocab_size))
-        system = TranslationSystem(
-            model,
-            dm.tokenizer,
-            lr=cfg.lr,
-            lr_schedule=cfg.lr_schedule,
-            warmup_steps=cfg.warmup_steps,
-            min_lr_ratio=cfg.min_lr_ratio,
-            label_smoothing=cfg.label_smoothing,
-            clip_norm=cfg.clip_norm,
-            val_beam=cfg.val_beam,
-            val_length_penalty=cfg.val_length_penalty,
-            word_dropout=cfg.word_dropout,
-            corpus={
-                "dataset": cfg.dataset,
-                "data_dir": cfg.data_dir,
-                "src": cfg.src,
-                "tgt": cfg.tgt,
-            },
-            compile=cfg.compile,
-            guided_alignment_weight=cfg.guided_alignment_weight if cfg.guided_alignment else 0.0,
-            guided_alignment_cost=cfg.guided_alignment_cost,
-        )
+        optim = part(cfg, OptimConfig)
+        if not cfg.guided_alignment:  # no batch carries links: no guided-alignment loss
+            optim.guided_alignment_weight = 0.0
+        corpus = {key: getattr(cfg, key) for key in CORPUS_KEYS}
+        validation = part(cfg, ValidationConfig)
+        system = TranslationSystem(model, dm.tokenizer, optim, validation, corpus, cfg.compile)
         if checkpoint is not None:
             check_same_corpus(dm, checkpoint, ckpt_path)
             check_fits(system, dm.tokenizer.to_bytes(), checkpoint, ckpt_path)

@@ -9,9 +9,10 @@ its tokenizer (seq2seq.checkpoint). Batches with word-alignment links (`align_re
 alignment loss (seq2seq.data.links), normalised the same way.
 """
 
+import dataclasses
 import functools
 import math
-from typing import Any, Literal
+from typing import Any
 
 import lightning as L
 import torch
@@ -24,6 +25,7 @@ from seq2seq.decoding.metrics import corpus_bleu, perplexity
 from seq2seq.decoding.search import SearchConfig, translate_batch
 from seq2seq.models.interface import Seq2Seq
 from seq2seq.models.kernels import accelerate
+from seq2seq.training.config import OptimConfig, ValidationConfig
 from seq2seq.training.losses import alignment_loss, batch_loss
 
 
@@ -72,47 +74,41 @@ class TranslationSystem(L.LightningModule):
     Args:
         model: the model to train (from `seq2seq.models.build.build_model`, so it has `model_args`).
         tokenizer: its tokenizer; decodes validation hypotheses and travels in every checkpoint.
-        lr, lr_schedule, warmup_steps, min_lr_ratio: Adam's peak rate and its schedule (`lr_factor`).
-        label_smoothing: eps of the smoothed cross-entropy.
-        clip_norm: gradient-norm clipping (0: off; the norm is logged either way).
-        val_beam: beam size of validation BLEU (1: greedy).
-        val_length_penalty: alpha of the GNMT length penalty of that beam search.
-        word_dropout: probability that a training batch's source or target-input subword is read as
-            <unk> (`word_dropout`); 0 leaves batches as they are.
-        compile: run the GRU decoder's loops compiled (seq2seq.models.kernels.compiled).
+        optim: Adam's peak rate and its schedule (`lr_factor`), label smoothing, gradient clipping,
+            word dropout (`word_dropout`) and the weight and cost of the guided-alignment loss of
+            batches that carry links (seq2seq.data.links); default: `OptimConfig()`.
+        validation: its `val_beam` and `val_length_penalty` are validation BLEU's search (default:
+            greedy).
         corpus: what the model trains on (dataset, data_dir, src, tgt), kept in checkpoints so that
             `evaluate.py --split` finds the same corpus.
-        guided_alignment_weight, guided_alignment_cost: the weight and cost ("ce", "mse") of the
-            guided-alignment loss of batches that carry links (seq2seq.data.links).
+        compile: run the GRU decoder's loops compiled (seq2seq.models.kernels.compiled).
+
+    A checkpoint's `hyper_parameters` hold these settings as plain values.
     """
 
     def __init__(
         self,
         model: Seq2Seq,
         tokenizer: Tokenizer,
-        lr: float = 1e-3,
-        lr_schedule: Literal["cosine", "inverse_sqrt"] = "cosine",
-        warmup_steps: int = 500,
-        min_lr_ratio: float = 0.1,
-        label_smoothing: float = 0.1,
-        clip_norm: float = 1.0,
-        val_beam: int = 1,
-        val_length_penalty: float = 1.0,
-        word_dropout: float = 0.0,
+        optim: OptimConfig | None = None,
+        validation: ValidationConfig | None = None,
         corpus: dict[str, Any] | None = None,
         compile: bool = False,
-        guided_alignment_weight: float = 0.0,
-        guided_alignment_cost: Literal["ce", "mse"] = "ce",
     ) -> None:
         super().__init__()
-        self.save_hyperparameters(ignore=["model", "tokenizer"])
+        self.optim = optim if optim is not None else OptimConfig()
+        validation = validation if validation is not None else ValidationConfig()
+        plain = {**dataclasses.asdict(self.optim), **dataclasses.asdict(validation)}
+        self.save_hyperparameters({**plain, "corpus": corpus, "compile": compile})
         self.model, self.tokenizer = model, tokenizer
         # The model's kernels plugged in, in place (seq2seq.models.kernels); with `compile`, its
         # decoder loops compiled for the loss and validation search too. A plain object, not a
         # submodule: the weights, the checkpoint and the heatmaps' CPU copy stay the model's.
         runner = accelerate(model, compile=compile)
         self.compiled = runner if compile else None
-        self.val_search = SearchConfig(beam=val_beam, length_penalty=val_length_penalty)
+        self.val_search = SearchConfig(
+            beam=validation.val_beam, length_penalty=validation.val_length_penalty
+        )
         self._val_outputs: list[tuple[int, str]] = []
         self._val_sums = torch.zeros(6, dtype=torch.float64)  # nll, tokens, then `row_sums`
         self._val_scored = True
@@ -126,19 +122,19 @@ class TranslationSystem(L.LightningModule):
         return [self.tokenizer.decode(ids) for ids in hyps.tokens]
 
     def _shared_step(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        return batch_loss(self.compiled or self.model, batch, self.hparams.label_smoothing)
+        return batch_loss(self.compiled or self.model, batch, self.optim.label_smoothing)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         """The batch's loss SUM (plus weight x the guided-alignment sum when the batch has links);
         `on_before_optimizer_step` divides the update by its tokens."""
-        if self.hparams.word_dropout > 0:
-            batch = word_dropout(batch, self.hparams.word_dropout)
+        if self.optim.word_dropout > 0:
+            batch = word_dropout(batch, self.optim.word_dropout)
         loss_sum, nll_sum, tokens, weights = self._shared_step(batch)
         align_sum = loss_sum.new_zeros(())
         if "align_ref" in batch:  # the attention guided alignment trains: seq2seq.data.links
             aligned = self.model.alignment_view(weights)  # (B, T, S)
             align_sum = alignment_loss(
-                aligned, batch["align_ref"], self.hparams.guided_alignment_cost
+                aligned, batch["align_ref"], self.optim.guided_alignment_cost
             )
         sums = torch.stack(
             [loss_sum.detach(), nll_sum.detach(), tokens.to(loss_sum.dtype), align_sum.detach()]
@@ -146,7 +142,7 @@ class TranslationSystem(L.LightningModule):
         # On the device, added up without a host sync; read once per update.
         self._update_sums = sums if self._update_sums is None else self._update_sums + sums  # (4,)
         self.log("lr", self.lr_schedulers().get_last_lr()[0])
-        return loss_sum + self.hparams.guided_alignment_weight * align_sum
+        return loss_sum + self.optim.guided_alignment_weight * align_sum
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Make the gradient d(loss sum)/d(theta) / (real target tokens of the whole update).
@@ -179,7 +175,7 @@ class TranslationSystem(L.LightningModule):
         self.log("train/loss", nll_sum / tokens, prog_bar=True)
         self.log("train/smoothed_loss", loss_sum / tokens)
         self.log("train/ppl", torch.exp((nll_sum / tokens).clamp(max=50)))
-        if self.hparams.guided_alignment_weight > 0:  # per real target token, before the weight
+        if self.optim.guided_alignment_weight > 0:  # per real target token, before the weight
             self.log("train/align_loss", align_sum / tokens)
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
@@ -233,7 +229,7 @@ class TranslationSystem(L.LightningModule):
             self.log("val/score_std", stats["score_std"])
 
     def configure_optimizers(self) -> dict[str, Any]:
-        hp = self.hparams
+        hp = self.optim
         optimizer = adam(self.parameters(), hp.lr)
         # A resumed run keeps the horizon it started with (on_load_checkpoint runs first): a new
         # --max-steps or --max-epochs moves where training stops, never the rate it is at.
@@ -254,7 +250,7 @@ class TranslationSystem(L.LightningModule):
         self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any
     ) -> None:
         # clip_grad_norm_ returns the norm before clipping: logging it costs no second pass.
-        max_norm = self.hparams.clip_norm if self.hparams.clip_norm > 0 else math.inf
+        max_norm = self.optim.clip_norm if self.optim.clip_norm > 0 else math.inf
         norm = torch.nn.utils.clip_grad_norm_(self.parameters(), max_norm)
         self.log("train/grad_norm", norm)
 
