@@ -423,3 +423,32 @@ def test_a_study_the_readme_says_pins_the_precision_does() -> None:
     for spec in named:
         flags = json.loads((ROOT / spec).read_text("utf-8"))["flags"]
         assert "--precision" in flags and flags[flags.index("--precision") + 1] == "32-true", spec
+
+
+README_VARIANTS = {  # results row -> its variant in the study the row links
+    "GRU, additive": "additive",
+    "GRU, dot": "dot",
+    "GRU, scaled": "scaled",
+    "Transformer": "transformer",
+    "GRU, additive, en->de": "gru-additive",
+    "Transformer, en->de": "transformer",
+}
+
+
+def test_readme_hours_a_run_are_the_results_train_hours() -> None:
+    """Each results row's "hours a run": mean (min-max) of its variant's runs' `train_hours`."""
+    lines = (ROOT / "README.md").read_text("utf-8").splitlines()
+    header = next(line for line in lines if line.startswith("| model |")).split("|")
+    column = [cell.strip() for cell in header].index("hours a run")
+    rows = [line.split("|") for line in lines if line.startswith("| ") and "/report.md)" in line]
+    assert {row[1].strip() for row in rows} == set(README_VARIANTS)
+    for row in rows:
+        folder = ROOT / re.search(r"\]\(([^)]+)/report\.md\)", row[-2])[1]
+        variant = README_VARIANTS[row[1].strip()]
+        hours = [
+            json.loads(path.read_text("utf-8"))["train_hours"]
+            for path in sorted((folder / "runs").glob(f"{variant}-seed*/result.json"))
+        ]
+        assert len(hours) == 3, (folder, variant)
+        expected = f"{sum(hours) / 3:.2f} ({min(hours):.2f}-{max(hours):.2f})"
+        assert row[column].strip() == expected, row[1]
