@@ -36,8 +36,8 @@ class AlignmentPlot:
     """A heatmap figure of fixed tokens whose matrices can be swapped and re-rendered cheaply.
 
     Axes, tick labels and colour bar are drawn once; later `render` calls after `update` redraw only
-    the heatmaps over that saved background (Agg blitting), about 7x faster than a fresh figure.
-    Margins and panels are placed by hand, in inches: 2x faster than a layout engine.
+    the heatmaps over that saved background (Agg blitting); margins and panels are placed by hand, in
+    inches. Both for speed (docs/results/benchmarks.md#figures-once-kept-in-the-data-and-training-code).
 
     Args:
         weights: (T, S) single-head attention, or (T, N, S): then one panel per head plus their mean,

@@ -32,9 +32,8 @@ NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, err
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 # sentencepiece's model depends on its trainer's thread count (1, 2 and 16 threads give three different
 # Multi30k models): one fixed count gives every machine with the same sentencepiece version the same
-# model (versions differ too: 0.2.2 and 0.2.3 share 6,409 of 8,000 pieces). One thread takes 3 s on
-# Multi30k, and 30 CPU seconds on the default sample of 500,000 sentences, as do 4 threads (measured
-# on two busy cores: 63 s and 66 s wall), so one it stays.
+# model (versions differ too: 0.2.2 and 0.2.3 share 6,409 of 8,000 pieces); more threads were no faster
+# (docs/results/benchmarks.md#figures-once-kept-in-the-data-and-training-code).
 TRAIN_THREADS = 1
 # Part of cached model names: bumped when the training recipe changes, so old caches are not reused.
 RECIPE = "t2"

@@ -195,8 +195,9 @@ class AttentionHeatmaps(L.Callback):
     def images(self, model: Seq2Seq, greedy: bool) -> list[tuple[str, np.ndarray]]:
         """The K heatmaps as (tag, RGB image (H, W, 3)), computed on a CPU copy of `model`."""
         threads = torch.get_num_threads()
-        # A K-sentence batch is too small to share: thread hand-offs cost more than they save (5x on 2
-        # busy cores). fork_rng: nothing here draws random numbers, and this guarantees the CPU stream.
+        # A K-sentence batch is too small to share: thread hand-offs cost more than they save
+        # (docs/results/benchmarks.md#figures-once-kept-in-the-data-and-training-code).
+        # fork_rng: nothing here draws random numbers, and this guarantees the CPU stream.
         torch.set_num_threads(1)
         try:
             with torch.random.fork_rng(devices=[]), torch.no_grad():
