@@ -296,7 +296,7 @@ def _tiny_rnn() -> torch.nn.Module:
 
 
 def test_compiled_decoding_trains_guidance_as_eager() -> None:
-    # Chunks and buckets without inductor (as tests/test_kernels_compiled.py does): the weights the loss reads
+    # Chunks and buckets without inductor (as tests/unit/models/kernels/test_kernels_compiled.py does): the weights the loss reads
     # come out of the padded, chunked loop and carry their gradient back through it.
     model = _tiny_rnn()
     fast = CompiledRNN(model, chunk=2, buckets=True)

@@ -1,5 +1,5 @@
 """The Bahdanau translator (seq2seq.models.rnn): its invariants hold as the textbook writes it and with
-the kernels plugged in (seq2seq.models.kernels; tests/test_kernels_rnn.py compares the two)."""
+the kernels plugged in (seq2seq.models.kernels; tests/unit/models/kernels/test_kernels_rnn.py compares the two)."""
 
 import pytest
 import torch
