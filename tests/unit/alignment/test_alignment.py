@@ -15,7 +15,7 @@ from seq2seq.alignment.words import (
 )
 from seq2seq.errors import UserError
 
-# The word of each piece (-1: EOS), as word_spans_in_text gives them (tests/test_translator.py).
+# The word of each piece (-1: EOS), as word_spans_in_text gives them (tests/unit/decoding/test_translator.py).
 SRC = [0, 1, 1, 2, -1]  # ▁Ein ▁klein er ▁Hund </s>: Ein kleiner Hund
 TGT = [0, 1, 2, 2, -1]  # ▁A ▁small ▁do g </s>: A small dog
 WEIGHTS = torch.tensor(  # (T, S); rows sum to 1, EOS column last

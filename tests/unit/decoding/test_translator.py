@@ -1,8 +1,6 @@
 """The Translator API (alignments as data, n-best, long inputs), translate.py's output, val/aer."""
 
-import io
 import json
-import sys
 from itertools import accumulate
 from pathlib import Path
 
@@ -11,7 +9,6 @@ import pytest
 import torch
 from torch import Tensor
 
-import seq2seq.alignment.plotting
 from seq2seq.alignment.words import alignment_error_rate, format_pharaoh, read_pharaoh
 from seq2seq.commands import translate
 from seq2seq.data.batching import collate
@@ -19,7 +16,7 @@ from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.data.words import word_spans_in_text
 from seq2seq.decoding.search import SearchConfig
-from seq2seq.decoding.translator import Translator, TruncatedInput, word_alignment
+from seq2seq.decoding.translator import Translator, word_alignment
 from seq2seq.models.build import build_model, model_args_from
 from seq2seq.training.callbacks import AlignmentErrorRate
 from seq2seq.training.config import TrainConfig
@@ -27,7 +24,11 @@ from seq2seq.training.system import TranslationSystem
 from tests.conftest import LEXICON, write_corpus
 
 MAX_LEN = 40  # the tiny Transformer's position table: long lines must be cut to it
+
+
 NBEST = {"beam": 3, "nbest": 3, "length_penalty": 0.0}  # ranked by score alone
+
+
 TRICKY = ["Ein kleiner  hund", "\u200b der (mann) ☃ spielt ﬁsh", "x \x01 y", "ＡＢ\u00a0c▁d"]
 
 
@@ -138,35 +139,6 @@ def test_translate_writes_nbest_and_alignments(checkpoint: Path, tmp_path: Path,
         assert found["word_alignment"] == [list(link) for link in expected.word_alignment]
         assert len(found["attention"]) == len(found["tgt_tokens"])  # (T, S), heads averaged
         assert len(found["word_attention"]) == len(found["tgt_words"])
-
-
-@pytest.mark.slow  # four heatmaps, one of them 40 x 40 subwords, three panels
-def test_translate_keeps_lines_cuts_long_ones_and_plots_the_apis_attention(
-    checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
-) -> None:
-    drawn, draw = [], seq2seq.alignment.plotting.alignment_figure
-    monkeypatch.setattr(
-        seq2seq.alignment.plotting,
-        "alignment_figure",
-        lambda w, *a, **k: drawn.append(w) or draw(w, *a, **k),
-    )
-    long = " ".join(list(LEXICON)[:30])
-    lines = ["Ein hund läuft", "", long, "Ein \ufffd kind", "  ", "Der mann sieht ein kind"]
-    raw = "\n".join(lines).encode().replace("\ufffd".encode(), b"\xff") + b"\n"
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(raw)))
-    assert translate.main(f"{checkpoint} --beam 3 --plot-dir {tmp_path}".split()) == 0
-    out, err = capsys.readouterr()
-    assert len(out.split("\n")) == 7 and out.split("\n")[1] == out.split("\n")[4] == ""
-    assert "warning: line 3: the source has" in err and f"reads {MAX_LEN - 1}: cut" in err
-    assert "warning: line 4: bytes that are not UTF-8" in err and "Traceback" not in err
-    with pytest.warns(TruncatedInput, match="sentence 3: the source"):
-        api = Translator.load(checkpoint).translate(lines, beam=3)
-    plotted = [api[i].attention for i in (0, 2, 3, 5)]  # what the search chose, line by line
-    assert [torch.equal(w, a) for w, a in zip(drawn, plotted, strict=True)] == [True] * 4
-    assert sorted(p.name for p in tmp_path.glob("*.png")) == [f"{n:06d}.png" for n in (1, 3, 4, 6)]
-    with pytest.warns(TruncatedInput, match="sentence 1: the target"):
-        [result] = Translator.load(checkpoint).align(["Ein hund"], [long])
-    assert result.word_attention.shape == (len(long.split()), 2)  # cut words align to nothing
 
 
 def test_val_aer_is_logged_when_the_corpus_has_gold_alignments(tmp_path: Path, recwarn) -> None:
