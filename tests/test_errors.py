@@ -319,7 +319,7 @@ def signal_while_reading(tmp: Path, request: pytest.FixtureRequest) -> None:
 
 
 def full_disk(target: object, name: str, cache_first: bool = False) -> Setup:
-    """`target.name` raises ENOSPC, as a full disk does (a real one: tests/test_storage.py); with
+    """`target.name` raises ENOSPC, as a full disk does (a real one: tests/e2e/test_storage.py); with
     `cache_first`, after the data cache is built."""
 
     def setup(tmp: Path, request: pytest.FixtureRequest) -> None:

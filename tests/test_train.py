@@ -54,7 +54,7 @@ def test_max_minutes_is_a_budget_per_process_and_a_resumed_run_trains_on(
         return torch.load(last, weights_only=True)["global_step"]
 
     # The cache first: building it counts against --max-minutes too, and would end a 60 ms budget
-    # before any update on a slow or busy machine (tests/test_stops_prepare.py covers that stop).
+    # before any update on a slow or busy machine (tests/e2e/test_stops_prepare.py covers that stop).
     assert prepare.main(args) == 0
     # 60 ms of this process: it stops on an update boundary with last.ckpt saved, and says so.
     assert train.main(args + ["--max-minutes", "0.001"]) == STOPPED

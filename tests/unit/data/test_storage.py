@@ -1,15 +1,11 @@
-"""Storage faults: real write failures (`ulimit -f`) while the tokenizer, a shard or a checkpoint is
-written, a simulated full disk at meta.json, damaged caches found on load, a file system without
-locks, and a lock file that a group can share."""
+"""Storage faults: a simulated full disk at meta.json, damaged caches found on load, a file system
+without locks, and a lock file that a group can share (real write failures, `ulimit -f`:
+tests/e2e/test_storage.py)."""
 
 import errno
 import json
 import os
-import resource
-import signal
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,9 +15,7 @@ from seq2seq.data import prepare as prep
 from seq2seq.data.split_rows import SplitRows
 from seq2seq.errors import UserError
 from seq2seq.training.config import TrainConfig
-from tests.conftest import tiny_train_args, write_corpus
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import write_corpus
 
 
 def _cfg(corpus: Path, cache: Path) -> TrainConfig:
@@ -29,52 +23,10 @@ def _cfg(corpus: Path, cache: Path) -> TrainConfig:
                        prepare_workers=1)  # fmt: skip
 
 
-def _limited(max_bytes: int) -> None:
-    """In the child: no file may grow past `max_bytes` (EFBIG, with SIGXFSZ ignored), as `ulimit -f`."""
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, max_bytes))
-
-
-def _run(args: list[str], cwd: Path, max_bytes: int) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "HF_DATASETS_OFFLINE": "1",
-        "OMP_NUM_THREADS": "1",
-    }
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300, preexec_fn=lambda: _limited(max_bytes))  # fmt: skip
-
-
-def _published(cache: Path) -> list[str]:
-    return sorted(
-        str(p.relative_to(cache)) for p in cache.rglob("*") if not p.name.endswith(".lock")
-    )
-
-
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # Its training shard (~440 KB) is larger than its tokenizer (~240 KB, mostly the normalizer).
     return write_corpus(tmp_path_factory.mktemp("storage") / "c", {"train": 6000, "val": 20})
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("what, limit", [("tokenizer", 2_000), ("encoded split 'train'", 300_000)])
-def test_a_write_that_fails_publishes_nothing_and_says_what(
-    corpus: Path, tmp_path: Path, what: str, limit: int
-) -> None:
-    cache = tmp_path / "cache"
-    flags = ["--data-dir", str(corpus), "--cache-dir", str(cache), "--vocab-size", "100"]
-    done = _run(["-m", "seq2seq", "prepare", *flags], tmp_path, limit)
-    assert done.returncode == 2, done.stderr[-2000:]
-    error = done.stderr.strip().splitlines()[-1]
-    assert error == f"error: --cache-dir {cache}: cannot write the {what} (File too large)"
-    if what == "tokenizer":
-        assert _published(cache) == []  # no model, no checksum, no temporary
-    else:  # the tokenizer was whole and stays; of the split, neither a folder nor a temporary
-        assert [p for p in _published(cache) if p.startswith("encoded/")] == []
-        assert len([p for p in _published(cache) if p.startswith("spm-")]) == 2
-    assert _run(["-m", "seq2seq", "prepare", *flags], tmp_path, 2**40).returncode == 0
 
 
 def test_a_full_disk_at_meta_json_publishes_no_split(
@@ -92,22 +44,6 @@ def test_a_full_disk_at_meta_json_publishes_no_split(
     with pytest.raises(UserError, match=r"cannot write the encoded split 'train' \(No space left"):
         prep.prepare(_cfg(corpus, tmp_path))
     assert list((tmp_path / "encoded").iterdir()) == []
-
-
-@pytest.mark.slow
-def test_a_checkpoint_that_cannot_be_written_is_one_line_and_keeps_nothing_torn(
-    tiny_corpus: Path, tmp_path: Path
-) -> None:
-    args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--val-every", "5", "--max-steps", "10")
-    prepared = _run(["-m", "seq2seq", "prepare", *args[:4]], tmp_path, 2**40)
-    assert prepared.returncode == 0, prepared.stderr  # the cache first, without a limit
-    done = _run(["-m", "seq2seq", "train", *args], tmp_path, 60_000)  # < a checkpoint
-    assert done.returncode == 2, done.stderr[-2000:]
-    ckpts = tmp_path / "runs" / "rnn-additive" / "version_0" / "checkpoints"
-    assert done.stderr.strip().splitlines()[-1] == (
-        f"error: {ckpts}/best-5.ckpt: cannot write the checkpoint (File too large)"
-    )
-    assert list(ckpts.iterdir()) == []  # no torn checkpoint, no temporary
 
 
 def _cut_after_batches(shard: Path, batches: int) -> int:

@@ -13,7 +13,7 @@ import pytest
 
 from seq2seq.data.cachelock import exclusive
 from seq2seq.errors import STOPPED
-from tests.conftest import tiny_train_args, write_corpus
+from tests.conftest import ROOT, tiny_train_args, write_corpus
 
 TRAIN = ("-m", "seq2seq", "train")  # `python -m seq2seq train`
 REPEATS = 2500  # 500,000 training pairs: encoding them in one process takes 15 s or more here
@@ -21,7 +21,7 @@ FLAGS = ("--max-steps", "1", "--spm-sample", "2000", "--prepare-workers", "1")
 
 
 def _env() -> dict[str, str]:
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(ROOT)
     return {**os.environ, "PYTHONPATH": root, "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
 

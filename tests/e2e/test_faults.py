@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import write_corpus
+from tests.conftest import ROOT, write_corpus
 
-ROOT = Path(__file__).resolve().parents[1]
 RESTART_SECONDS = 60  # a restart that takes longer than this has hung
+
+
 # Large enough that each phase lasts a good fraction of a second on a busy 2-core machine.
 SIZES = {"train": 200_000, "val": 20_000, "test": 20_000}
 
@@ -231,33 +232,6 @@ def test_two_builders_the_lock_does_not_reach_end_with_one_cache(
     assert _contents(cache) == clean, said
 
 
-def test_only_the_temporaries_of_dead_owners_are_removed(tmp_path: Path) -> None:
-    from seq2seq.data.cachelock import Owner, _start_ticks, remove_orphans, temporary_name
-
-    target = tmp_path / "split-f1"
-    me = Owner.me()
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    names = {
-        "mine": temporary_name(target),
-        "dead": target.with_name(f".{target.name}.{Owner(me.host, dead.pid, 1).tag}.tmp"),
-        "reused pid": target.with_name(f".{target.name}.{Owner(me.host, me.pid, 1).tag}.tmp"),
-        "live": target.with_name(f".{target.name}.{Owner(me.host, 1, _start_ticks(1)).tag}.tmp"),
-        "other host": target.with_name(f".{target.name}.{Owner('node-b', me.pid, 5).tag}.tmp"),
-        "old version": target.with_name(f".{target.name}.k2j3h4"),
-        # Not a temporary of `target`: atomic_write's of its checksum, `target.sha256` (a live
-        # builder on a machine the lock does not reach may be renaming it this moment).
-        "checksum's": target.with_name(f".{target.name}.sha256.n6r_r9_r.tmp"),
-    }
-    for path in names.values():
-        path.mkdir()
-    (names["dead"] / "shard-00000.arrow").write_bytes(b"half")
-    said: list[str] = []
-    remove_orphans(target, said.append)
-    left = {name for name, path in names.items() if path.exists()}
-    assert left == {"mine", "live", "other host", "checksum's"} and len(said) == 3
-
-
 TRAIN = ("-m", "seq2seq", "train")  # `python -m seq2seq train`
 
 
@@ -342,7 +316,7 @@ def _alive(pids: list[int], seconds: float) -> list[int]:
 def test_torchrun_with_one_rank_killed_ends_and_resumes_to_its_last_step(
     tiny_corpus: Path, tmp_path: Path
 ) -> None:
-    from tests.test_ddp import ddp_flags, free_port
+    from tests.e2e.test_ddp import ddp_flags, free_port
 
     flags = ddp_flags(tiny_corpus, tmp_path, "--val-every", "5", "--devices", "2")
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
