@@ -18,10 +18,14 @@ import torch
 from seq2seq.commands import train as train_command
 from seq2seq.errors import STOPPED
 from seq2seq.signals import handling
-from tests.conftest import tiny_train_args
+from tests.conftest import ROOT, tiny_train_args
 
 TRAIN = ("-m", "seq2seq", "train")  # `python -m seq2seq train`
-SHIM = Path(__file__).resolve().parents[1] / "scripts" / "train.py"
+
+
+SHIM = ROOT / "scripts" / "train.py"
+
+
 # Two batches an update, so a signal can land in the middle of one; no validation checkpoint comes
 # before the stop, and no dropout, so runs compare bit for bit.
 FLAGS = ("--accumulate-grad-batches", "2", "--max-steps", "60", "--max-epochs", "1000",
@@ -29,7 +33,7 @@ FLAGS = ("--accumulate-grad-batches", "2", "--max-steps", "60", "--max-epochs", 
 
 
 def _env() -> dict[str, str]:
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(ROOT)
     return {**os.environ, "PYTHONPATH": root, "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
 
@@ -181,22 +185,6 @@ def test_lightning_registers_no_signal_handler_of_its_own(
     (handlers,) = seen
     for handler in handlers.values():
         assert getattr(handler, "__self__", None).__class__.__name__ == "PoliteStop", handler
-
-
-def test_the_stop_signal_is_the_flag_s_and_sigterm_always_stops(tmp_path: Path) -> None:
-    from seq2seq.training.stops import PoliteStop
-
-    stop = PoliteStop(tmp_path, "USR2")
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR2)}
-    stop.install()
-    try:
-        os.kill(os.getpid(), signal.SIGUSR2)  # noted, not acted on: the training loop acts
-        assert stop.requested == "stopped by SIGUSR2"
-        os.kill(os.getpid(), signal.SIGTERM)
-        assert stop.requested == "stopped by SIGUSR2"  # the first reason is kept
-    finally:
-        stop.restore()
-    assert {sig: signal.getsignal(sig) for sig in handlers} == handlers
 
 
 def test_an_abbreviated_flag_is_refused_in_one_line_with_status_2(tmp_path: Path) -> None:

@@ -1,14 +1,12 @@
-"""AttentionHeatmaps: the matrices it logs, what it leaves alone, and the images a run writes."""
+"""AttentionHeatmaps: the matrices it logs and what it leaves alone (the images a training run
+writes: tests/e2e/test_callbacks.py)."""
 
-import contextlib
 from pathlib import Path
 
 import datasets
 import pytest
 import torch
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from seq2seq.commands import train as train_command
 from seq2seq.data.tokenizer import EOS, Tokenizer
 from seq2seq.models.interface import Seq2Seq
 from seq2seq.models.rnn import RNNSeq2Seq
@@ -18,7 +16,6 @@ from seq2seq.training.callbacks import (
     probe_alignments,
     teacher_forced_alignments,
 )
-from tests.conftest import tiny_train_args
 
 
 def make_model(kind: str, vocab_size: int) -> Seq2Seq:
@@ -114,44 +111,3 @@ def test_probes_are_the_first_short_validation_pairs(
         src, tgt = val[i]["src_ids"] + [EOS], val[i]["tgt_ids"] + [EOS]
         assert callback.probes["src"][i, : len(src)].tolist() == src
         assert callback.probes["tgt_out"][i, : len(tgt)].tolist() == tgt
-
-
-def run_train(corpus: Path, root: Path, *extra: str) -> Path:
-    """Train in-process for 60 updates in `root`; returns the run folder."""
-    args = tiny_train_args(corpus, root / "runs", "--max-steps", "60", *extra)
-    with contextlib.chdir(root):  # the data cache goes to ./data/cache
-        assert train_command.main(args) == 0
-    return root / "runs" / "rnn-additive" / "version_0"
-
-
-@pytest.fixture(scope="module")
-def heatmap_run(tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return run_train(tiny_corpus, tmp_path_factory.mktemp("heatmaps"), "--heatmap-every", "10")
-
-
-@pytest.mark.slow
-def test_run_logs_heatmaps_at_many_steps(heatmap_run: Path) -> None:
-    events = EventAccumulator(str(heatmap_run), size_guidance={"images": 0})  # 0: keep them all
-    events.Reload()
-    tags = events.Tags()["images"]
-    assert {f"align/{i}" for i in range(4)} | {f"align/{i}/greedy" for i in range(4)} <= set(tags)
-    for tag in tags:
-        images = events.Images(tag)
-        assert all(image.width >= 200 and image.height > 0 for image in images), tag
-    teacher_steps = sorted({image.step for image in events.Images("align/0")})
-    assert teacher_steps == [0, 10, 20, 30, 40, 50, 60]
-    assert len({image.step for image in events.Images("align/0/greedy")}) >= 3  # --val-every 10
-
-
-@pytest.mark.slow
-def test_heatmaps_do_not_change_training(
-    heatmap_run: Path, tiny_corpus: Path, tmp_path: Path
-) -> None:
-    plain_run = run_train(tiny_corpus, tmp_path)  # --heatmap-every 0 from tiny_train_args
-
-    def weights(run: Path) -> dict[str, torch.Tensor]:
-        return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
-
-    with_heatmaps, without = weights(heatmap_run), weights(plain_run)
-    assert with_heatmaps.keys() == without.keys()
-    assert all(torch.equal(with_heatmaps[k], without[k]) for k in without)

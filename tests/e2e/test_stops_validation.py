@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from seq2seq.errors import STOPPED
-from tests.conftest import tiny_train_args, write_corpus
+from tests.conftest import ROOT, tiny_train_args, write_corpus
 
 TRAIN = ("-m", "seq2seq", "train")  # `python -m seq2seq train`
 # Validation after update 5 only; the run ends at update 8 (no validation there).
@@ -43,7 +43,7 @@ SLOW_VALIDATION = (
 
 
 def _env(**extra: str) -> dict[str, str]:
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(ROOT)
     return {**os.environ, "PYTHONPATH": root, "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1",
             **extra}  # fmt: skip
 

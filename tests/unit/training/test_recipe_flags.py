@@ -1,15 +1,12 @@
-"""The recipe search's flags: word dropout, the latest checkpoints kept for averaging, and the
-validation search's length penalty."""
+"""The recipe search's flags: word dropout, and refusals of bad values (the latest checkpoints kept
+for averaging and the validation search's length penalty in a run: tests/e2e/test_recipe_flags.py)."""
 
 import pytest
 import torch
 
-from seq2seq.commands import train
 from seq2seq.data.tokenizer import BOS, EOS, PAD, UNK
-from seq2seq.study.scoring import best_checkpoints
 from seq2seq.training.config import parse_args
 from seq2seq.training.system import word_dropout
-from tests.conftest import tiny_train_args
 
 
 def batch_of(rows: int = 64, length: int = 30) -> dict[str, torch.Tensor]:
@@ -47,27 +44,3 @@ def test_word_dropout_replaces_about_p_of_the_real_subwords_by_unk_and_nothing_e
 def test_bad_recipe_flags_are_refused_by_name(flag, value, message):
     with pytest.raises(Exception, match=message.replace("[", r"\[").replace(")", r"\)")):
         parse_args([flag, value])
-
-
-@pytest.mark.slow
-def test_keep_last_keeps_the_latest_validations_and_scoring_finds_them(
-    tiny_corpus, tmp_path, monkeypatch
-):
-    monkeypatch.chdir(tmp_path)
-    args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--max-steps", "40", "--val-every", "10",
-                           "--max-epochs", "1000", "--keep-last", "2", "--keep-best", "1",
-                           "--word-dropout", "0.1", "--val-beam", "2",
-                           "--val-length-penalty", "0.6")  # fmt: skip
-    assert train.main(args) == 0
-    folder = tmp_path / "runs" / "rnn-additive" / "version_0" / "checkpoints"
-    assert sorted(p.name for p in folder.glob("recent-*.ckpt")) == [
-        "recent-30.ckpt",
-        "recent-40.ckpt",
-    ]
-    last = torch.load(folder / "last.ckpt", map_location="cpu", weights_only=True)
-    recent = best_checkpoints(folder, last, monitor="step")
-    assert [path.name for path, _ in recent] == ["recent-40.ckpt", "recent-30.ckpt"]
-    best = best_checkpoints(folder, last)
-    assert len(best) == 1 and best[0][0].name.startswith("best-")
-    hparams = last["hyper_parameters"]
-    assert (hparams["word_dropout"], hparams["val_length_penalty"]) == (0.1, 0.6)
