@@ -1,5 +1,6 @@
 """The server against what an attacker sends and against its own stop: adversarial text, batches and
-queues bounded in work, deadlines, clients that leave mid-batch, the Host check and SIGTERM.
+queues bounded in work, deadlines, clients that leave mid-batch, the Host check and a stop (SIGTERM
+to a server process: tests/e2e/test_serve_guards.py).
 
 Nothing here measures time: work is counted (the model's steps, through the `check` every search
 step calls) and states are waited for (gates, markers); every wait has a deadline.
@@ -9,12 +10,9 @@ import gc
 import http.client
 import json
 import logging
-import signal
-import subprocess
-import sys
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +23,7 @@ from seq2seq.serving.batcher import Abandoned, Batcher, Busy, ShuttingDown, Time
 from seq2seq.serving.budget import Cost
 from seq2seq.serving.hosts import host_name, known_names
 from seq2seq.serving.requests import Limits
-from tests.test_serve import call, exchange, live_server, serve, served_app, wait_until
+from tests.unit.serving.test_serve import call, exchange, live_server, serve, served_app, wait_until
 
 ATTACK = "aA" * 500  # about one subword a character, here as in the shared tokenizer
 
@@ -271,61 +269,6 @@ def test_stop_refuses_queued_jobs_at_once_and_ends_the_running_batch() -> None:
     with pytest.raises(ShuttingDown):
         batcher.submit("k", ["c"])
     batcher.close(20)
-
-
-CHILD = """
-import sys, threading, time
-from seq2seq.decoding.translator import Translator
-from seq2seq.serving.requests import Limits
-from seq2seq.serving.server import build_app
-from tests.test_serve import serve
-
-class Endless(Translator):  # a decode that would run for minutes, one check a step
-    def translate(self, *args, check=None, **kwargs):
-        print("decoding", flush=True)
-        while True:
-            check()
-            time.sleep(0.01)
-
-loaded = Translator.load(sys.argv[1])
-app = build_app({"gru": Endless(loaded.model, loaded.tokenizer)}, Limits(max_seconds=600))
-sock = serve.listen("127.0.0.1", 0)
-print("port", sock.getsockname()[1], flush=True)
-serve.run(app, sock, "warning")
-"""
-
-
-def test_sigterm_during_a_long_decode_answers_json_503_and_exits(
-    tiny_checkpoint: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """scripts/serve.py's run under SIGTERM: the request being decoded and the one queued behind
-    it both get a JSON 503 that says "shutting down" with a request id, and the process is gone
-    within serve.STOP_BOUND seconds."""
-    root = Path(__file__).resolve().parents[1]
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(tiny_checkpoint)], cwd=root, stdout=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    try:
-        port = int(child.stdout.readline().split()[1])
-        base = f"http://127.0.0.1:{port}"
-        with ThreadPoolExecutor(2) as pool:
-            running = pool.submit(exchange, base, "/api/translate", {"sentences": ["Ein Hund"]})
-            assert child.stdout.readline().strip() == "decoding"
-            queued = pool.submit(exchange, base, "/api/translate", {"sentences": ["Ein Mann"]})
-            wait_until(lambda: call(base, "/api/models")[1]["models"][0]["queued"] == 1)
-            child.send_signal(signal.SIGTERM)
-            child.wait(serve.STOP_BOUND)  # raises TimeoutExpired past the bound
-            for answered in (running, queued):
-                status, headers, raw = answered.result(10)
-                answer = json.loads(raw)  # JSON, never a plain-text 500
-                assert status == 503 and list(answer) == ["error"], raw
-                assert answer["error"].startswith("the server is shutting down")
-                assert f"(request id {headers['x-request-id']})" in answer["error"]
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait(10)
 
 
 def test_client_that_leaves_logs_no_asyncio_error(
