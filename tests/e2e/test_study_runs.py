@@ -19,10 +19,12 @@ from seq2seq.machine import native_bf16
 from seq2seq.study import process
 from seq2seq.study.layout import Study
 from seq2seq.study.spec import Run
-from tests.conftest import tiny_train_args
+from tests.conftest import ROOT, tiny_train_args
+from tests.unit.study.test_study_runs import sittings
 
-ROOT = Path(__file__).resolve().parents[1]
 STUDY = ("-m", "seq2seq", "study")  # `python -m seq2seq study`
+
+
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
@@ -31,11 +33,6 @@ def tiny_flags(corpus: str) -> str:
                             "1000", "--val-every", "20", "--keep-best", "2")  # fmt: skip
     at = flags.index("--log-dir")  # the study sets the log folder itself
     return " ".join(flags[:at] + flags[at + 2 :])
-
-
-def sittings(work: Path, run: str) -> list[dict]:
-    path = work / "runs" / run / "sittings.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def wait_until(condition, what: str, seconds: float = 180) -> None:
@@ -248,29 +245,6 @@ def test_without_posix_locks_a_run_s_lock_is_a_lock_file_and_a_dead_holder_s_is_
         pass
     assert said == [f"waiting for pid {dead.pid} on node-b (lock file {held.name})"]
     assert held.read_text().strip() == Owner("node-b", dead.pid, 1).tag
-
-
-def test_a_sitting_whose_time_is_spent_neither_trains_nor_scores(tmp_path, capsys):
-    from seq2seq.study import scheduler
-
-    study, run = Study(tmp_path / "study", tmp_path / "work"), Run("a", 1)
-    spent = process.Budget(0.001, started=time.monotonic() - 1)  # 0.06 s, a second ago
-    children: list[subprocess.Popen] = []
-    # A new run: no train.py is started (the lock wait took the sitting's time).
-    assert scheduler.train_and_score(study, None, run, 1, spent, children, []) == 4
-    assert children == [] and sittings(study.work_dir, "a-seed1") == []
-    assert capsys.readouterr().err == (
-        "a-seed1: --max-minutes 0.001 spent before training began; start it again to continue\n"
-    )
-    # A trained run: its scoring waits for the next start.
-    study.run_dir(run).mkdir(parents=True)
-    study.trained_marker(run).write_text("{}\n")
-    assert scheduler.train_and_score(study, None, run, 1, spent, children, []) == 4
-    assert children == [] and study.state(run) == "trained"
-    assert capsys.readouterr().err == (
-        "a-seed1: --max-minutes 0.001 spent: trained, scored at the next start\n"
-    )
-    assert process.Budget(None).left() is None and not process.Budget(None).spent()
 
 
 CHILD_OF_A_KILLED_PARENT = """
