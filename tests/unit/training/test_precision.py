@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from seq2seq.models.kernels import accelerate
 from seq2seq.models.rnn import RNNSeq2Seq
 from seq2seq.training.losses import batch_loss
-from tests.test_benchmark import random_batch
+from tests.unit.benchmarks.test_benchmark import random_batch
 
 # bf16 keeps 8 bits of mantissa: relative rounding up to 2^-8, 0.4%, per operation. Measured on
 # this model: the loss 1e-5 apart, each gradient at cosine 0.99999 with fp32's.

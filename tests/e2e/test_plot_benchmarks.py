@@ -1,5 +1,5 @@
 """scripts/plot_benchmarks.py on JSON that benchmark_scale.py writes here (the speed and memory
-figures are checked in test_benchmark.py, on the JSON of the quick runs there)."""
+figures are checked in tests/e2e/test_benchmark.py, on the JSON of the quick runs there)."""
 
 import json
 from pathlib import Path
@@ -29,13 +29,3 @@ def test_scale_figure_puts_preparation_memory_against_corpus_size(tmp_path: Path
     by_size = {r["pairs"]: r["prepare"] for r in results}
     assert list(rss.get_ydata()) == [by_size[n]["max_rss_mb"] for n in (200, 400)]
     assert list(pss.get_ydata()) == [by_size[n]["tree_pss_mb"] for n in (200, 400)]
-
-
-def test_a_file_of_another_script_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
-    other = tmp_path / "scale.json"
-    other.write_text(json.dumps({"pairs": 10, "prepare": {}, "train": {}}))
-    assert plot_benchmarks.main(["--memory", str(other), "--out-dir", str(tmp_path)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err == f"error: {other}: not the JSON of benchmark_memory.py (no train, updates)"
-    assert plot_benchmarks.main(["--out-dir", str(tmp_path)]) == 2
-    assert not list(tmp_path.glob("*.png"))
