@@ -176,7 +176,7 @@ def test_a_scorer_the_kernels_do_not_know_trains_with_them_and_without(scorer: t
 
 def test_the_packages_links_into_the_benchmark_log_name_its_headings() -> None:
     """The package keeps no timings; where a reader needs the why it links docs/results/benchmarks.md."""
-    from tests.test_docs import ROOT, anchors
+    from tests.unit.test_docs import ROOT, anchors
 
     known = anchors(ROOT / "docs" / "results" / "benchmarks.md")
     cited = {

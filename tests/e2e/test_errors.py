@@ -33,9 +33,9 @@ from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.prepare import prepare
 from seq2seq.training.config import parse_args
 from seq2seq.training.system import TranslationSystem
-from tests.conftest import tiny_train_args, write_corpus
+from tests.conftest import ROOT, tiny_train_args, write_corpus
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "guides" / "errors.md"
+DOC = ROOT / "docs" / "guides" / "errors.md"
 SMALL = {"train": 30, "val": 5}
 RUN = Path("runs/rnn-additive/version_0/checkpoints")  # the log folder's first run
 Setup = Callable[[Path, pytest.FixtureRequest], dict[str, str] | None]
@@ -434,7 +434,7 @@ def test_each_refusal_is_printed_whole_exits_2_and_writes_nothing(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     row = doc_rows("message")[case]
-    assert case in REFUSALS, f"no case in tests/test_errors.py for the row {case!r}"
+    assert case in REFUSALS, f"no case in tests/e2e/test_errors.py for the row {case!r}"
     monkeypatch.chdir(tmp_path)  # paths in the doc are relative to it; the cache is ./data/cache
     write_corpus(Path("good"), SMALL)
     expected = code(row["message"])

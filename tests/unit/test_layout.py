@@ -1,5 +1,6 @@
 """The package's layout: the layering of pyproject.toml's import-linter contracts holds, a forbidden
-import breaks it, each concept has its folder, and checkpoints written before the move still work."""
+import breaks it, each concept has its folder, and a checkpoint written before the move loads and
+translates (a run saved before it resumes: tests/e2e/test_layout.py)."""
 
 import shutil
 import subprocess
@@ -11,12 +12,14 @@ import pytest
 import torch
 
 from seq2seq import Translator, load_model
-from seq2seq.commands import train as train_command
-from tests.conftest import PREMOVE_SIZES, tiny_train_args, write_corpus
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 BASICS = {"__init__", "errors", "atomic", "checkpoint", "cli", "machine", "signals"}
+
+
 ENTRY = "__main__"  # `python -m seq2seq`: hands over to seq2seq.commands, above every layer
+
+
 FOLDERS = {
     "models",
     "data",
@@ -100,22 +103,3 @@ def test_a_checkpoint_written_before_the_move_loads_and_translates(
     saved = torch.load(premove_checkpoint, weights_only=True)["state_dict"]
     for name, value in model.state_dict().items():
         assert torch.equal(value, saved[f"model.{name}"]), name
-
-
-def test_a_run_saved_before_the_move_resumes_to_its_new_end(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, premove_checkpoint: Path
-) -> None:
-    monkeypatch.chdir(tmp_path)  # the data cache goes to ./data/cache
-    corpus = write_corpus(tmp_path / "corpus")  # the fixture's corpus: seeded, the same pairs
-    runs = tmp_path / "runs"
-    args = tiny_train_args(corpus, runs, "--max-steps", "30", "--max-epochs", "1000",
-                           "--val-every", "10", "--seed", "1", *PREMOVE_SIZES,
-                           "--resume", str(premove_checkpoint))  # fmt: skip
-    assert train_command.main(args) == 0
-    last = torch.load(next(runs.rglob("last.ckpt")), weights_only=True)
-    assert last["global_step"] == 30
-    before = torch.load(premove_checkpoint, weights_only=True)
-    assert before["global_step"] == 20
-    moved = [k for k in last["state_dict"] if not torch.equal(last["state_dict"][k],
-                                                              before["state_dict"][k])]  # fmt: skip
-    assert moved, "ten more updates changed no weight"

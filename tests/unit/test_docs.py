@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from seq2seq.commands import study as study_command
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 # The README, the guides and the write-ups of results (a study folder's report.md is the report's
 # own output, not a page written by hand).
 PAGES = [ROOT / "README.md", *sorted(ROOT.glob("docs/*.md")), *sorted(ROOT.glob("docs/[gr]*/*.md"))]
