@@ -28,7 +28,6 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.mark.slow
 def test_two_ranks_with_two_accumulated_batches_each_give_the_gradient_of_one_batch(
     tmp_path: Path,
 ) -> None:

@@ -13,7 +13,6 @@ from seq2seq.benchmarks import speed as benchmark
 TINY = ["--vocab-size", "100", "--emb-size", "16", "--hidden-size", "32", "--batch-tokens", "400"]
 
 
-@pytest.mark.slow
 def test_quick_benchmark_writes_every_figure(tiny_corpus, tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)  # the data cache goes to ./data/cache
     out = tmp_path / "bench.json"
@@ -69,7 +68,6 @@ def test_quick_benchmark_writes_every_figure(tiny_corpus, tmp_path, monkeypatch,
     assert len(ax.patches) == 2 and [t.get_text() for t in ax.get_xticklabels()][-1] == "bf16"
 
 
-@pytest.mark.slow
 def test_quick_memory_benchmark_reports_probes_runs_and_heatmaps(
     tiny_corpus, tmp_path, monkeypatch, capsys
 ) -> None:

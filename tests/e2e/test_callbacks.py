@@ -25,7 +25,6 @@ def heatmap_run(tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     return run_train(tiny_corpus, tmp_path_factory.mktemp("heatmaps"), "--heatmap-every", "10")
 
 
-@pytest.mark.slow
 def test_run_logs_heatmaps_at_many_steps(heatmap_run: Path) -> None:
     events = EventAccumulator(str(heatmap_run), size_guidance={"images": 0})  # 0: keep them all
     events.Reload()
@@ -39,7 +38,6 @@ def test_run_logs_heatmaps_at_many_steps(heatmap_run: Path) -> None:
     assert len({image.step for image in events.Images("align/0/greedy")}) >= 3  # --val-every 10
 
 
-@pytest.mark.slow
 def test_heatmaps_do_not_change_training(
     heatmap_run: Path, tiny_corpus: Path, tmp_path: Path
 ) -> None:

@@ -9,8 +9,6 @@ import sys
 import tomllib
 from pathlib import Path
 
-import pytest
-
 from seq2seq import commands
 from tests.conftest import ROOT
 
@@ -35,7 +33,6 @@ def test_python_m_seq2seq_lists_every_command_and_the_console_script_is_its_main
     assert (module, function) == ("seq2seq.commands", "main")
 
 
-@pytest.mark.slow
 def test_a_command_s_help_is_its_shim_s_but_for_the_program_s_name(tmp_path: Path) -> None:
     via_m = _run(["-m", "seq2seq", "train", "--help"], tmp_path, PYTHONPATH=str(ROOT))
     via_shim = _run([str(ROOT / "scripts" / "train.py"), "--help"], tmp_path, PYTHONPATH=str(ROOT))
@@ -47,7 +44,6 @@ def test_a_command_s_help_is_its_shim_s_but_for_the_program_s_name(tmp_path: Pat
     assert "--batch-tokens" in via_m.stdout and "--resume" in via_m.stdout
 
 
-@pytest.mark.slow
 def test_the_package_needs_no_checkout_a_corpus_is_found_by_name_or_by_the_variable(
     tmp_path: Path, tiny_corpus: Path
 ) -> None:

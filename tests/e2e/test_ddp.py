@@ -127,7 +127,6 @@ def check_bleu_equals_one_process_evaluation(run_dir: Path, steps: int) -> None:
     assert single["bleu"] == pytest.approx(bleus[-1].value, abs=1e-4)  # events store float32
 
 
-@pytest.mark.slow
 def test_torchrun_two_processes_build_the_cache_once_train_resume_and_validate_like_one(
     tiny_corpus: Path, tmp_path: Path
 ) -> None:
@@ -146,7 +145,6 @@ def test_torchrun_two_processes_build_the_cache_once_train_resume_and_validate_l
     check_bleu_equals_one_process_evaluation(run_dir, 40)
 
 
-@pytest.mark.slow
 def test_two_machines_on_localhost_build_the_cache_once_train_and_validate_like_one(
     tiny_corpus: Path, tmp_path: Path
 ) -> None:
@@ -177,7 +175,6 @@ def test_two_machines_on_localhost_build_the_cache_once_train_and_validate_like_
     check_bleu_equals_one_process_evaluation(tmp_path / "runs" / "rnn-additive" / "version_0", 40)
 
 
-@pytest.mark.slow
 def test_a_stop_one_rank_finds_during_validation_stops_both_at_the_same_batch(
     tmp_path: Path,
 ) -> None:

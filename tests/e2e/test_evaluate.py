@@ -45,7 +45,6 @@ def one_line_error(capsys: pytest.CaptureFixture) -> str:
     return err
 
 
-@pytest.mark.slow
 def test_bleu_from_the_checkpoint_alone_equals_sacrebleu_on_the_same_files(
     tiny_checkpoint: Path, no_corpus: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -85,7 +84,6 @@ def test_bleu_from_the_checkpoint_alone_equals_sacrebleu_on_the_same_files(
     assert "nrefs:2|case:mixed|eff:no|tok:intl" in out
 
 
-@pytest.mark.slow
 def test_split_is_read_from_the_corpus_named_in_the_checkpoint(
     tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
@@ -98,7 +96,6 @@ def test_split_is_read_from_the_corpus_named_in_the_checkpoint(
     assert Path(result["hypotheses"]).parent == tiny_checkpoint.parent  # default: beside the ckpt
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["truncated", "missing", "foreign"])
 def test_a_bad_checkpoint_is_refused_in_one_line(
     tiny_checkpoint: Path, no_corpus: Path, damage: str, monkeypatch: pytest.MonkeyPatch, capsys
@@ -117,7 +114,6 @@ def test_a_bad_checkpoint_is_refused_in_one_line(
     assert "bad.ckpt" in one_line_error(capsys)
 
 
-@pytest.mark.slow
 def test_bad_input_files_are_refused_in_one_line(
     tiny_checkpoint: Path, no_corpus: Path, capsys
 ) -> None:
@@ -139,7 +135,6 @@ def test_bad_input_files_are_refused_in_one_line(
         assert message in one_line_error(capsys)
 
 
-@pytest.mark.slow
 def test_alignment_error_rate_against_a_gold_file(
     tiny_checkpoint: Path, no_corpus: Path, capsys
 ) -> None:
@@ -170,7 +165,6 @@ def test_alignment_error_rate_against_a_gold_file(
     assert (result["aer"], result["align_precision"], result["align_recall"]) == (0.0, 1.0, 1.0)
 
 
-@pytest.mark.slow
 def test_averaging_two_checkpoints_gives_the_mean_of_their_weights(
     tiny_checkpoint: Path, tmp_path: Path, capsys
 ) -> None:

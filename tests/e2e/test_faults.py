@@ -115,7 +115,6 @@ KILLS = [
 ]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("phase", "whom"), KILLS)
 def test_a_killed_preparation_restarts_to_the_cache_of_a_clean_build(
     corpus_and_clean_cache: tuple[Path, dict], tmp_path: Path, phase: str, whom: str
@@ -159,7 +158,6 @@ def test_a_killed_preparation_restarts_to_the_cache_of_a_clean_build(
     assert _contents(cache) == clean  # complete, identical, and no temporary left behind
 
 
-@pytest.mark.slow
 def test_a_waiting_process_names_the_builder_it_waits_for(
     corpus_and_clean_cache: tuple[Path, dict], tmp_path: Path
 ) -> None:
@@ -199,7 +197,6 @@ sys.exit(main(sys.argv[5:]))
 """
 
 
-@pytest.mark.slow
 def test_two_builders_the_lock_does_not_reach_end_with_one_cache(
     corpus_and_clean_cache: tuple[Path, dict], tmp_path: Path
 ) -> None:
@@ -235,7 +232,6 @@ def test_two_builders_the_lock_does_not_reach_end_with_one_cache(
 TRAIN = ("-m", "seq2seq", "train")  # `python -m seq2seq train`
 
 
-@pytest.mark.slow
 def test_training_killed_while_writing_a_checkpoint_resumes_to_its_last_step(
     tiny_corpus: Path, tmp_path: Path
 ) -> None:
@@ -311,7 +307,6 @@ def _alive(pids: list[int], seconds: float) -> list[int]:
         time.sleep(0.1)
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc (Linux)")
 def test_torchrun_with_one_rank_killed_ends_and_resumes_to_its_last_step(
     tiny_corpus: Path, tmp_path: Path
@@ -348,7 +343,6 @@ def test_torchrun_with_one_rank_killed_ends_and_resumes_to_its_last_step(
     assert torch.load(ckpts / "last.ckpt", weights_only=False)["global_step"] == 40
 
 
-@pytest.mark.slow
 def test_a_shard_overwritten_in_place_is_one_line_naming_it_and_rebuilt_when_deleted(
     tiny_corpus: Path, tmp_path: Path
 ) -> None:

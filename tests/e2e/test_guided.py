@@ -4,7 +4,6 @@ Transformer's chosen head kept in its checkpoint; and under inductor, the gradie
 import contextlib
 from pathlib import Path
 
-import pytest
 import torch
 
 from seq2seq.alignment.words import alignment_error_rate
@@ -45,7 +44,6 @@ def test_a_guided_run_aligns_far_better_than_an_unguided_one(
     assert aer["guided"] < aer["plain"] - 0.2, aer  # measured: 0.46 against 0.83
 
 
-@pytest.mark.slow
 def test_inductor_decoding_trains_guidance_as_eager() -> None:
     model = _tiny_rnn()
     eager, compiled = _guided_gradients_of(model, [model, CompiledRNN(model)])  # ~11 s compiling

@@ -2,7 +2,6 @@
 searches as the eager model with its kernels (chunks and buckets without inductor are unit tests:
 tests/unit/models/kernels/test_kernels_compiled.py)."""
 
-import pytest
 import torch
 
 from seq2seq.data.tokenizer import EOS
@@ -15,7 +14,6 @@ from tests.unit.models.kernels.test_kernels_compiled import (
 )
 
 
-@pytest.mark.slow
 def test_inductor_decoding_trains_as_eager() -> None:
     model = tiny_model()
     compiled = CompiledRNN(model)  # one step a graph on the CPU: chunking is a unit test
@@ -25,7 +23,6 @@ def test_inductor_decoding_trains_as_eager() -> None:
     )  # new sizes
 
 
-@pytest.mark.slow
 def test_inductor_search_finds_what_eager_finds() -> None:
     model = tiny_model(seed=3).eval()
     with torch.no_grad():

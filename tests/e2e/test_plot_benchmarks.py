@@ -4,13 +4,10 @@ figures are checked in tests/e2e/test_benchmark.py, on the JSON of the quick run
 import json
 from pathlib import Path
 
-import pytest
-
 from seq2seq.benchmarks import plots as plot_benchmarks
 from seq2seq.benchmarks import scale as benchmark_scale
 
 
-@pytest.mark.slow
 def test_scale_figure_puts_preparation_memory_against_corpus_size(tmp_path: Path) -> None:
     files = []
     for pairs in (400, 200):  # out of order: the figure sorts them

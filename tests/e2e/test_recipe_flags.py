@@ -1,7 +1,6 @@
 """The recipe search's flags in a run: the latest checkpoints kept for averaging, and the validation
 search's length penalty."""
 
-import pytest
 import torch
 
 from seq2seq.commands import train
@@ -9,7 +8,6 @@ from seq2seq.study.scoring import best_checkpoints
 from tests.conftest import tiny_train_args
 
 
-@pytest.mark.slow
 def test_keep_last_keeps_the_latest_validations_and_scoring_finds_them(
     tiny_corpus, tmp_path, monkeypatch
 ):

@@ -40,7 +40,6 @@ def assert_same_tensors(a: object, b: object) -> None:
         assert a == b
 
 
-@pytest.mark.slow
 def test_run_killed_after_its_first_checkpoint_resumes_to_the_last_step(
     tiny_corpus: Path, tmp_path: Path
 ) -> None:
@@ -104,7 +103,6 @@ def ckpt_dir(root: Path, run: str) -> Path:
     return root / run / "rnn-additive" / "version_0" / "checkpoints"
 
 
-@pytest.mark.slow
 def test_resume_restores_the_saved_state_and_matches_an_uninterrupted_run(
     interrupted: Path, tiny_corpus: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -136,7 +134,6 @@ def test_resume_restores_the_saved_state_and_matches_an_uninterrupted_run(
     assert_same_tensors(resumed["optimizer_states"], straight["optimizer_states"])
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "change, expected",
     [
@@ -166,7 +163,6 @@ def test_resume_refuses_a_checkpoint_of_another_model(
     assert sorted(p.name for p in ckpt.parent.iterdir()) == before  # nothing written there
 
 
-@pytest.mark.slow
 def test_resume_refuses_a_weights_only_checkpoint(
     interrupted: Path, tiny_corpus: Path, tmp_path: Path, capsys
 ) -> None:
@@ -186,7 +182,6 @@ def test_resume_refuses_a_weights_only_checkpoint(
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.slow
 def test_a_new_max_steps_moves_the_end_and_keeps_the_schedule(
     interrupted: Path, tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -212,7 +207,6 @@ def test_a_new_max_steps_moves_the_end_and_keeps_the_schedule(
     assert all(v == pytest.approx(1e-4) for s, v in resumed.items() if s > 21)
 
 
-@pytest.mark.slow
 def test_resume_refuses_other_training_pairs(
     interrupted: Path, tiny_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:

@@ -8,8 +8,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from seq2seq.decoding.translator import Translator
 from tests.unit.serving.test_serve import (
     PAIRS,
@@ -65,7 +63,6 @@ def reading(hyp: Any, i: int, j: int) -> str:
     return f"{hyp.tgt_tokens[i]} ← {hyp.src_tokens[j]}: {hyp.to_dict(4)['attention'][i][j]:.4f}"
 
 
-@pytest.mark.slow
 def test_page_translates_typed_text_and_reads_references_in_chromium(
     server: str,  # noqa: F811 (the fixtures imported above)
     paths: dict[str, Path],  # noqa: F811

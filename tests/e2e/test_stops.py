@@ -53,7 +53,6 @@ def straight(tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
     return _weights(root / "runs")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("signame, flag", [("SIGTERM", ()), ("SIGUSR1", ())])
 def test_a_signal_mid_update_saves_and_the_resumed_run_ends_as_if_never_stopped(
     tiny_corpus: Path, tmp_path: Path, straight: dict, signame: str, flag: tuple
@@ -94,7 +93,6 @@ def test_a_signal_mid_update_saves_and_the_resumed_run_ends_as_if_never_stopped(
         assert torch.equal(after["state_dict"][name], value), name
 
 
-@pytest.mark.slow
 def test_a_signal_before_training_begins_exits_4_with_nothing_saved(
     tiny_corpus: Path, tmp_path: Path
 ) -> None:
@@ -135,7 +133,6 @@ SIGNAL_IN_TRAIN_DATALOADER = (
 )
 
 
-@pytest.mark.slow
 def test_a_signal_while_lightning_sets_up_saves_the_sittings_update_and_keeps_the_marker(
     tiny_corpus: Path, tmp_path: Path
 ) -> None:

@@ -9,8 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from seq2seq.data.cachelock import exclusive
 from seq2seq.errors import STOPPED
 from tests.conftest import ROOT, tiny_train_args, write_corpus
@@ -48,7 +46,6 @@ def _start(args: list[str], cwd: Path, log: Path) -> subprocess.Popen:
                                 stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
 
 
-@pytest.mark.slow
 def test_sigterm_while_encoding_or_waiting_for_the_lock_exits_4_and_blocks_nothing(
     tmp_path: Path,
 ) -> None:

@@ -48,7 +48,6 @@ def _env(**extra: str) -> dict[str, str]:
             **extra}  # fmt: skip
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("stop", ["SIGTERM", "--max-minutes"])
 def test_a_stop_during_validation_exits_4_within_seconds_and_the_resume_validates_again(
     tmp_path: Path, stop: str

@@ -39,7 +39,6 @@ def _published(cache: Path) -> list[str]:
     )
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("what, limit", [("tokenizer", 2_000), ("encoded split 'train'", 300_000)])
 def test_a_write_that_fails_publishes_nothing_and_says_what(
     corpus: Path,  # noqa: F811 (the fixture imported above)
@@ -61,7 +60,6 @@ def test_a_write_that_fails_publishes_nothing_and_says_what(
     assert _run(["-m", "seq2seq", "prepare", *flags], tmp_path, 2**40).returncode == 0
 
 
-@pytest.mark.slow
 def test_a_checkpoint_that_cannot_be_written_is_one_line_and_keeps_nothing_torn(
     tiny_corpus: Path, tmp_path: Path
 ) -> None:

@@ -49,7 +49,6 @@ def global_step(work: Path, run: str) -> int:
     return torch.load(path, weights_only=False)["global_step"]
 
 
-@pytest.mark.slow
 def test_a_killed_study_resumes_and_reports_what_sacrebleu_prints(tiny_corpus, tmp_path):
     folder, work = tmp_path / "study", tmp_path / "work"
     command = study_command(folder, work, tiny_corpus)

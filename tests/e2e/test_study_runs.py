@@ -42,7 +42,6 @@ def wait_until(condition, what: str, seconds: float = 180) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.slow
 def test_a_study_from_another_folder_stops_and_resumes_to_its_end(tiny_corpus, tmp_path):
     caller = tmp_path / "caller"
     shutil.copytree(tiny_corpus, caller / "corpus")

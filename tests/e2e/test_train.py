@@ -17,7 +17,6 @@ def scalars(run_dir: Path, tag: str) -> list[float]:
     return [event.value for event in events.Scalars(tag)]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("score", ["additive", "dot", "scaled"])
 def test_train_writes_logs_and_checkpoints_and_loss_falls(
     score, tiny_corpus, tmp_path, monkeypatch

@@ -18,7 +18,7 @@ from tests.unit.decoding.test_translator import (
 )
 
 
-@pytest.mark.slow  # four heatmaps, one of them 40 x 40 subwords, three panels
+# slow: four heatmaps, one of them 40 x 40 subwords, three panels
 def test_translate_keeps_lines_cuts_long_ones_and_plots_the_apis_attention(
     checkpoint: Path,  # noqa: F811 (the fixture imported above)
     tmp_path: Path,
