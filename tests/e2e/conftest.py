@@ -1,6 +1,7 @@
 """End-to-end tests: the program run as its users run it (the `train` command training, `python -m
-seq2seq`, scripts, torchrun and server processes, the browser, real kills and stops), and whatever
-else takes seconds. Every test here is `slow`, so `pytest -m "not slow"` runs tests/unit alone."""
+seq2seq`, scripts, torchrun and server processes, the browser, real kills and stops), what needs the
+checkpoint of a real training run (`tiny_checkpoint`), and whatever else takes seconds. Every test
+here is `slow`, so `pytest -m "not slow"` runs tests/unit alone."""
 
 from pathlib import Path
 

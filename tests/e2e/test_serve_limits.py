@@ -1,7 +1,7 @@
 """The server's defences: the work budget, attention only where asked, answers written off the event
 loop, JSON-only POSTs and CORS, one-line answers to bad bodies, and 500s that tell only an id.
 
-Servers run on 127.0.0.1 on ports the OS picks (tests/unit/serving/test_serve.py's live_server);
+Servers run on 127.0.0.1 on ports the OS picks (tests/e2e/test_serve.py's live_server);
 every wait has a deadline.
 """
 
@@ -21,7 +21,7 @@ from seq2seq.serving import server as server_module
 from seq2seq.serving.answers import encode_answer
 from seq2seq.serving.budget import MS, Cost, align_costs, output_limit, subwords, translate_costs
 from seq2seq.serving.requests import Limits, ServedSearch
-from tests.unit.serving.test_serve import (
+from tests.e2e.test_serve import (
     SENTENCES,
     as_json,
     call,
