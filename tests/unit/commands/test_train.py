@@ -1,6 +1,10 @@
 """scripts/train.py's refusals, in-process: a mismatched corpus and a bad flag value (runs on the tiny
 corpus: tests/e2e/test_train.py)."""
 
+# Imported at collection, as other test modules import it when the whole suite runs: Lightning's
+# log handler then holds pytest's stderr, not the one capsys gives the first test to build a Trainer.
+import lightning.pytorch  # noqa: F401
+
 from seq2seq.commands import train
 from tests.conftest import tiny_train_args, write_corpus
 
