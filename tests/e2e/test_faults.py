@@ -19,8 +19,6 @@ import torch
 from tests.conftest import ROOT, write_corpus
 
 RESTART_SECONDS = 60  # a restart that takes longer than this has hung
-
-
 # Large enough that each phase lasts a good fraction of a second on a busy 2-core machine.
 SIZES = {"train": 200_000, "val": 20_000, "test": 20_000}
 

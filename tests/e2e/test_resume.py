@@ -18,8 +18,6 @@ from tests.conftest import tiny_train_args
 from tests.unit.training.test_resume import load
 
 TRAIN = ("-m", "seq2seq", "train")  # `python -m seq2seq train`
-
-
 # No dropout, so a resumed run can be compared bit for bit with one that was never stopped.
 EXACT = ("--max-steps", "20", "--val-every", "10", "--dropout", "0")
 

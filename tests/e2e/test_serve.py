@@ -31,17 +31,9 @@ from tests.conftest import make_pairs
 from tests.unit.serving.test_serve import wait_until
 
 PAIRS = make_pairs(6, seed=31)
-
-
 SENTENCES = [de for de, _ in PAIRS]
-
-
 GOOD = {"sentences": SENTENCES[:2], "beam": 2}
-
-
 MAX_LEN = 40  # the tiny Transformer's positions: a long source is cut by Translator itself
-
-
 LIMITS = Limits(max_batch=4, max_queue=8, max_chars=200)
 
 

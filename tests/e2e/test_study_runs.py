@@ -23,8 +23,6 @@ from tests.conftest import ROOT, tiny_train_args
 from tests.unit.study.test_study_runs import sittings
 
 STUDY = ("-m", "seq2seq", "study")  # `python -m seq2seq study`
-
-
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 

@@ -15,11 +15,7 @@ from seq2seq import Translator, load_model
 from tests.conftest import ROOT
 
 BASICS = {"__init__", "errors", "atomic", "checkpoint", "cli", "machine", "signals"}
-
-
 ENTRY = "__main__"  # `python -m seq2seq`: hands over to seq2seq.commands, above every layer
-
-
 FOLDERS = {
     "models",
     "data",

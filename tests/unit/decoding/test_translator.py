@@ -24,11 +24,7 @@ from seq2seq.training.system import TranslationSystem
 from tests.conftest import LEXICON, write_corpus
 
 MAX_LEN = 40  # the tiny Transformer's position table: long lines must be cut to it
-
-
 NBEST = {"beam": 3, "nbest": 3, "length_penalty": 0.0}  # ranked by score alone
-
-
 TRICKY = ["Ein kleiner  hund", "\u200b der (mann) ☃ spielt ﬁsh", "x \x01 y", "ＡＢ\u00a0c▁d"]
 
 

@@ -15,8 +15,6 @@ from seq2seq.training.losses import batch_loss
 from seq2seq.training.system import TranslationSystem
 
 VOCAB = 20
-
-
 # Target lengths (words; EOS adds one) of the sentences of each micro-batch. Their real target
 # tokens differ (9 vs 19; 9, 13, 10, 8), so weighting batches alike (a mean per batch) would not do.
 HALVES = [[2, 2, 2], [9, 8]]
