@@ -1,4 +1,5 @@
-"""Shared fixtures: a synthetic German/English corpus and a tokenizer trained on it."""
+"""Shared fixtures, seen by tests/unit and tests/e2e alike: a synthetic German/English corpus, a
+tokenizer trained on it and checkpoints of tiny models."""
 
 import os
 
@@ -11,6 +12,8 @@ import pytest
 import torch
 
 from seq2seq.data.tokenizer import Tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]  # the checkout: tests/ lies in it
 
 # Every test model is tiny: on two cores, thread hand-offs cost more than they save (and a test's
 # subprocesses, DDP ranks among them, would otherwise fight its threads for the same cores).

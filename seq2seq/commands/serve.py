@@ -28,7 +28,8 @@ from seq2seq.errors import UserError
 from seq2seq.serving.requests import Limits
 
 GRACE = 5  # seconds uvicorn waits for open requests after SIGTERM before it cancels them
-STOP_BOUND = 10  # seconds from SIGTERM to exit (docs/guides/serving.md; tests/test_serve_limits.py)
+# The seconds from SIGTERM to exit (docs/guides/serving.md; tests/e2e/test_serve_guards.py).
+STOP_BOUND = 10
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:

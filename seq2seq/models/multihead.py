@@ -136,7 +136,7 @@ class MultiHeadAttention(nn.Module):
         else:
             # The same math, fused. A query with no key gets a zero context here too: recent torch
             # zeroes such rows (its math reference uses a "safe" softmax; torch before 2.5 gave NaN).
-            # Guarding it ourselves slows the CPU kernel down, so tests/test_mha.py checks torch's
+            # Guarding it ourselves slows the CPU kernel down, so tests/unit/models/test_mha.py checks torch's
             # behaviour instead.
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         output = context.transpose(1, 2).reshape(B, T, N * D)  # (B, T, H)

@@ -12,7 +12,7 @@ the model's parameters and its textbook scorer, in the plainest order (DESIGN se
         loss += label-smoothed cross-entropy of logits_t, padding masked out
 
 `scripts/benchmark.py` times it as the textbook path beside the training path with its kernels
-(seq2seq.models.kernels), and tests/test_benchmark.py holds the two equal in loss and gradients. Give it
+(seq2seq.models.kernels), and tests/unit/benchmarks/test_benchmark.py holds the two equal in loss and gradients. Give it
 a model without kernels (`seq2seq.models.kernels.textbook` undoes them): the scorer is called as the
 module it is. The GRU update is `torch.gru_cell` on the cell's weights, the kernel `nn.GRUCell` calls
 (one fused kernel on CUDA), so that both paths launch the same cell and a ratio measures the rest.

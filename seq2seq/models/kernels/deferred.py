@@ -14,7 +14,7 @@ their share of the input gates, W_ie y + b_ih, is one matmul over all steps too.
 `ContextStep` keeps each step's alpha and dc in a `SourceBank`, and `SourceShared`'s backward takes
 the encoder outputs' gradient as one (B, S, T) x (B, T, H) matmul; `EnergyStep` adds its share of
 the keys' gradient into one (B, S, A) sum in place, and folds the factor w_v, equal for every step,
-in once. The arithmetic is the modules'; tests/test_kernels_rnn.py checks outputs and every gradient
+in once. The arithmetic is the modules'; tests/unit/models/kernels/test_kernels_rnn.py checks outputs and every gradient
 against them (why:
 docs/results/benchmarks.md#the-decoders-steps-with-gradients-gathered-once-a-batch-on-an-avx2-cpu).
 The decoder that uses them is seq2seq.models.kernels.decoder:

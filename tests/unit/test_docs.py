@@ -1,0 +1,454 @@
+"""What README.md and the pages under docs/ point at exists: every relative link (and its #anchor,
+when it points into one of our Markdown files), every repository path they name in code, and a row
+in docs/guides/layout.md for every module and script. A study command they give for a committed
+study is the one its study.json holds, so it continues that study instead of being refused. Figures
+the pages derive from committed files are recomputed from them, and claims about the code checked
+against it."""
+
+import json
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from seq2seq.commands import study as study_command
+from tests.conftest import ROOT
+
+# The README, the guides and the write-ups of results (a study folder's report.md is the report's
+# own output, not a page written by hand).
+PAGES = [ROOT / "README.md", *sorted(ROOT.glob("docs/*.md")), *sorted(ROOT.glob("docs/[gr]*/*.md"))]
+
+# A code token is taken for a path of this repository when it starts with one of its top-level
+# folders. Paths outside them (lightning_logs/..., runs/..., ../shared/..., /data/wmt14) are
+# made by a run or belong to the user, and are not looked for.
+REPO_FOLDERS = ("scripts", "seq2seq", "docs", "tests", "data", ".ci")
+# Under those, on purpose: data/ is git-ignored but for data/README.md; the corpora, caches and
+# silver links the docs name there (data/silver/train.de-en.align, data/multi30k/, data/cache)
+# are what a user makes by following them.
+USER_MADE = ("data/",)
+
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")  # [text](target) and ![alt](target)
+PATH = re.compile(rf"(?<![\w./-])((?:{'|'.join(map(re.escape, REPO_FOLDERS))})/[\w./*-]*)")
+FENCE = re.compile(r"^(```|~~~)")
+
+
+def prose_and_code(page: Path) -> tuple[list[str], list[str]]:
+    """The page's lines outside fenced code blocks, and its code (fenced blocks and inline spans)."""
+    prose, code, fenced = [], [], False
+    for line in page.read_text("utf-8").splitlines():
+        if FENCE.match(line.strip()):
+            fenced = not fenced
+        elif fenced:
+            code.append(line)
+        else:
+            prose.append(line)
+            code += re.findall(r"`([^`]+)`", line)
+    return prose, code
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    found: set[str] = set()
+    counts: dict[str, int] = {}
+    for line in prose_and_code(page)[0]:
+        if match := re.match(r"#{1,6}\s+(.*?)\s*#*$", line):
+            base = slug(match[1])
+            n = counts[base] = counts.get(base, -1) + 1
+            found.add(base if n == 0 else f"{base}-{n}")  # GitHub numbers a repeated heading
+    return found
+
+
+def links(page: Path) -> list[str]:
+    return [target for line in prose_and_code(page)[0] for target in LINK.findall(line)]
+
+
+def named_pages(page: Path) -> list[str]:
+    """Markdown files named in plain prose, outside links and code ("see DESIGN.md §1")."""
+    found = []
+    for line in prose_and_code(page)[0]:
+        plain = LINK.sub("", re.sub(r"`[^`]+`", "", line))
+        found += re.findall(r"(?<![\w/.-])((?:\.\./)*[\w./-]*\w\.md)\b", plain)
+    return found
+
+
+def paths(page: Path) -> list[str]:
+    found = [p.rstrip(".") for text in prose_and_code(page)[1] for p in PATH.findall(text)]
+    return [p for p in found if not p.startswith(USER_MADE)]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_and_their_anchors_exist(page: Path) -> None:
+    broken = []
+    for target in links(page):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:: not ours to check
+            continue
+        file, _, anchor = target.partition("#")
+        path = (page.parent / file).resolve() if file else page
+        if not path.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and path.suffix == ".md" and anchor not in anchors(path):
+            broken.append(f"{target}: no heading #{anchor} in {path.relative_to(ROOT)}")
+    assert not broken, f"{page.name}: {broken}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_markdown_files_named_in_prose_exist(page: Path) -> None:
+    missing = [
+        name
+        for name in named_pages(page)
+        if not (page.parent / name).exists() and not (ROOT / name).exists()
+    ]
+    assert not missing, f"{page.name} names pages that are not in the repository: {missing}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_repository_paths_named_in_code_exist(page: Path) -> None:
+    missing = [p for p in paths(page) if not any(ROOT.glob(p.rstrip("/")))]
+    assert not missing, f"{page.name} names paths that are not in the repository: {missing}"
+
+
+def tracked(*patterns: str) -> set[str]:
+    """Files of the repository matching the patterns: git's list where there is one (files another
+    change has not committed yet are not the page's to list), else the folder's."""
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", *patterns], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout
+        return set(out.split())
+    except (OSError, subprocess.CalledProcessError):
+        return {str(p.relative_to(ROOT)) for pattern in patterns for p in ROOT.glob(pattern)}
+
+
+def test_layout_names_every_module_and_script() -> None:
+    """docs/guides/layout.md's first column names each file; a bare name is in the folder of the
+    path before it in the same cell (`seq2seq/decoding/search.py`, `beam.py`)."""
+    named = set()
+    for line in (ROOT / "docs" / "guides" / "layout.md").read_text("utf-8").splitlines():
+        if not line.startswith("| `"):
+            continue
+        folder = ""
+        for name in re.findall(r"`([^`]+)`", line.split("|")[1]):
+            if "/" in name:
+                folder = name.rsplit("/", 1)[0] + "/"
+                named.add(name)
+            else:
+                named.add(folder + name)
+    files = tracked("seq2seq/*.py", "scripts/*.py", "docs/tools/*.py")
+    assert sorted(files - named) == [], "modules and scripts docs/guides/layout.md does not name"
+    assert sorted(n for n in named - files if n.endswith(".py")) == [], "named, but not here"
+
+
+def fenced_commands(page: Path) -> list[str]:
+    """The shell lines of the page's fenced blocks, a backslash-continued command joined into one."""
+    commands, fenced, pending = [], False, ""
+    for line in page.read_text("utf-8").splitlines():
+        if FENCE.match(line.strip()):
+            fenced = not fenced
+        elif fenced:
+            pending += line.strip()
+            if pending.endswith("\\"):
+                pending = pending[:-1] + " "
+            else:
+                commands.append(pending)
+                pending = ""
+    return commands
+
+
+STUDY_RUN = re.compile(r"^python scripts/study\.py run (\S+) .*--variant")
+STUDY_CASES = [
+    pytest.param(page, command, id=f"{page.relative_to(ROOT)}: {STUDY_RUN.match(command)[1]}")
+    for page in PAGES
+    for command in fenced_commands(page)
+    if STUDY_RUN.match(command) and (ROOT / STUDY_RUN.match(command)[1] / "study.json").is_file()
+]
+
+
+@pytest.mark.parametrize(("page", "command"), STUDY_CASES)
+def test_a_study_command_for_a_committed_study_gives_its_spec(
+    page: Path,
+    command: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`study.py commands` with the page's spec flags: refused (exit 2) when they are not the saved
+    spec; with every run of the committed study done, it prints no command to run."""
+    args = shlex.split(command, comments=True)[3:]  # after `python scripts/study.py run`
+    for option in ("--parallel", "--work-dir"):  # `run`'s alone, or ours to choose
+        while option in args:
+            del args[args.index(option) : args.index(option) + 2]
+    monkeypatch.chdir(ROOT)
+    code = study_command.main(["commands", *args, "--work-dir", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 0, f"{page.name}: {command!r} is refused: {err.strip()}"
+    assert out == "", f"{page.name}: runs of the committed study are not all done"
+
+
+TOOLS = sorted(ROOT.glob("docs/tools/*.py"))
+
+
+def test_pages_the_code_names_exist() -> None:
+    """A page, program or figure under docs/ that a module, script, test, tool or pyproject.toml
+    names is there (a page moved into docs/guides/ or docs/results/ leaves no comment pointing at
+    nothing).
+    Other files are left alone: a test may name one it makes (docs/study/x.align)."""
+    named = {
+        (str(source.relative_to(ROOT)), path)
+        for source in [ROOT / "pyproject.toml", *sorted(ROOT.glob("[st]*/**/*.py")), *TOOLS]
+        for path in re.findall(
+            r"(?<![\w/.-])docs/[\w./-]*\.(?:md|py|png)\b", source.read_text("utf-8")
+        )
+    }
+    missing = sorted(f"{source}: {path}" for source, path in named if not any(ROOT.glob(path)))
+    assert not missing, f"paths under docs/ that are not in the repository: {missing}"
+
+
+# Studies with a report (a spec is committed before its runs train, and has none until they end).
+STUDIES = sorted(path.parent for path in ROOT.glob("docs/study*/report.json"))
+
+
+@pytest.mark.parametrize("folder", STUDIES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_committed_report_has_every_figure_the_report_gives(folder: Path) -> None:
+    """A report built before a figure joined the report (`BLEU lowercased`) is stale: its
+    report.json summarises every figure of `FIGURES` for every variant, and its report.md's
+    per-variant table has a column for each (`python scripts/study.py report DIR` rebuilds both)."""
+    from seq2seq.study.report import FIGURES
+
+    report = json.loads((folder / "report.json").read_text("utf-8"))
+    missing = {
+        variant: [key for key, _, _ in FIGURES if key not in figures]
+        for variant, figures in report["variants"].items()
+    }
+    assert all(not keys for keys in missing.values()), f"report.json lacks {missing}"
+    header = next(
+        line
+        for line in (folder / "report.md").read_text("utf-8").splitlines()
+        if line.startswith("| variant | seeds |")
+    )
+    columns = [cell.strip() for cell in header.strip("|").split("|")]
+    assert columns[2:] == [title for _, title, _ in FIGURES], f"{folder.name}/report.md is stale"
+
+
+def test_layout_names_the_basics_the_contract_holds() -> None:
+    """docs/guides/layout.md names every top-level module as a basic, twice (the layers' sketch
+    and the contract "The basics import no sub-package"), and pyproject.toml's contract covers them."""
+    import tomllib
+
+    # __main__ (`python -m seq2seq`) is no basic: the entry point, above every layer.
+    basics = {p.stem for p in (ROOT / "seq2seq").glob("*.py")} - {"__init__", "__main__"}
+    page = " ".join((ROOT / "docs" / "guides" / "layout.md").read_text("utf-8").split())
+    sketch = re.search(r"basics \(top level\) ([\w, ]+)", page)[1]
+    assert set(sketch.replace(",", " ").split()) == basics, "the layers' sketch"
+    contract = re.search(r'"The basics import no sub-package" for (.*?), and "', page)[1]
+    assert set(re.findall(r"`(\w+)`", contract)) == basics, "the contract's sentence"
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["importlinter"]
+    [held] = [c for c in config["contracts"] if c["name"] == "The basics import no sub-package"]
+    assert {m.removeprefix("seq2seq.") for m in held["source_modules"]} == basics, "pyproject.toml"
+
+
+def report_of(folder: str) -> dict:
+    return json.loads((ROOT / folder / "report.json").read_text("utf-8"))["variants"]
+
+
+def test_study_page_figures_are_the_reports() -> None:
+    """Figures docs/results/study.md derives from the committed reports, recomputed from them
+    unrounded: 95% intervals (mean ± ci95) and a difference of two means."""
+    page = " ".join((ROOT / "docs" / "results" / "study.md").read_text("utf-8").split())
+    scorers = report_of("docs/study")
+    low = scorers["additive"]["bleu"]["mean"] - scorers["additive"]["bleu"]["ci95"]
+    high = scorers["additive"]["bleu"]["mean"] + scorers["additive"]["bleu"]["ci95"]
+    assert f"interval, {low:.2f}-{high:.2f}." in page, "additive's 95% interval"
+    assert f"`additive`'s (down to {low:.2f})" in page
+    scaled = scorers["scaled"]["bleu"]["mean"] + scorers["scaled"]["bleu"]["ci95"]
+    assert f"interval over seeds still reaches {scaled:.2f}" in page, "scaled's 95% interval"
+    en_de = report_of("docs/study-baseline-en-de")
+    chrf = en_de["transformer"]["chrf"]["mean"] - en_de["gru-additive"]["chrf"]["mean"]
+    assert f"chrF is {chrf:.2f} ahead" in page, "en->de: the Transformer's chrF lead"
+
+
+def test_alignments_trade_off_is_against_one_run() -> None:
+    """alignments.md's weights trade-off: what five and ten times the weight buy in AER and cost in
+    BLEU, both against the same run (the default weight's), from its own table of guided runs."""
+    page = (ROOT / "docs" / "guides" / "alignments.md").read_text("utf-8")
+    rows = {}
+    for line in page.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if line.startswith("| additive | guided, weight ") and "rerun" not in cells[1]:
+            rows[cells[1].split("weight ")[1].split()[0]] = (float(cells[3]), float(cells[6]))
+    base_aer, base_bleu = rows["0.1"]
+    aer = [100 * (base_aer - rows[w][0]) for w in ("0.5", "1.0")]
+    bleu = [base_bleu - rows[w][1] for w in ("0.5", "1.0")]
+    expected = (
+        f"buy the additive model {aer[0]:.2f} and {aer[1]:.2f} points of AER for "
+        f"{bleu[0]:.2f} and {bleu[1]:.2f} BLEU"
+    )
+    assert expected in " ".join(page.split()), expected
+
+
+def test_readme_first_lines_install_and_ci() -> None:
+    """The README guides: at most 200 lines; its first two commands install and train, and install
+    and test, the second being what CI (.ci/run) runs; the Python it names is pyproject.toml's; in
+    Install, the torch build is chosen before the package, which would pull torch, is installed."""
+    import tomllib
+
+    page = ROOT / "README.md"
+    lines = page.read_text("utf-8").splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines"
+    train, test = fenced_commands(page)[:2]
+    assert train.startswith("pip install torch==") and "python scripts/train.py" in train
+    assert test.startswith("pip install torch==") and test.split("#")[0].strip().endswith(
+        "python -m pytest"
+    )
+    ci = (ROOT / ".ci" / "run").read_text("utf-8")
+    torch_pin = re.search(r"torch==[\d.]+", test)[0]
+    extras = re.search(r"-e \"\.\[([\w,]+)\]\"", test)[1]
+    assert torch_pin in ci and f'-e ".[{extras}]"' in ci, "CI installs what the README says"
+    assert ci.strip().splitlines()[-1] == "python -m pytest", "CI runs the README's test command"
+    python = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"][
+        "requires-python"
+    ]
+    assert f"Python {python[:2]} {python[2:]}" in page.read_text("utf-8")
+    install = fenced_commands(page)[2:]
+    cpu = next(i for i, c in enumerate(install) if "--index-url" in c and "torch" in c)
+    package = next(i for i, c in enumerate(install) if c.startswith("pip install -e ."))
+    assert cpu < package, "the CPU torch note comes after the package that installs torch"
+
+
+@pytest.mark.parametrize("score", ["additive", "dot", "scaled"])
+def test_only_the_output_layer_runs_in_bf16_in_the_gru_on_a_cpu(score: str) -> None:
+    """What study.md and benchmarks.md say of bf16-mixed on a CPU: the GRU's output layer's matmuls
+    (forward and backward) run in bf16; the encoder, the attention and the recurrence in fp32. Each
+    matmul of a training step under CPU autocast is recorded with its dtype; the vocabulary (V = 53,
+    no other size of this model or batch) marks the output layer's."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from seq2seq.data.batching import collate
+    from seq2seq.models.build import build_model
+    from seq2seq.training.losses import batch_loss
+    from seq2seq.training.system import TranslationSystem
+
+    matmuls = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
+    seen: list[tuple[torch.dtype, set[int]]] = []
+
+    class Matmuls(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            if func in matmuls:
+                shapes = {d for a in args if isinstance(a, torch.Tensor) for d in a.shape}
+                seen.append((args[-1].dtype, shapes))
+            return func(*args, **(kwargs or {}))
+
+    vocab = 53
+    torch.manual_seed(0)
+    model = build_model({"model": "rnn", "vocab_size": vocab, "emb_size": 16, "hidden_size": 32,
+                         "score": score, "dropout": 0.0})  # fmt: skip
+    # The model as training runs it, with whatever speed paths the training system plugs in.
+    model = TranslationSystem(model, None).model
+    gen = torch.Generator().manual_seed(0)
+    batch = collate([
+        {"src_ids": torch.randint(4, vocab, (s,), generator=gen).tolist(),
+         "tgt_ids": torch.randint(4, vocab, (t,), generator=gen).tolist(), "index": i}
+        for i, (s, t) in enumerate([(6, 3), (2, 9), (11, 5), (4, 4)])
+    ])  # fmt: skip
+    with Matmuls():
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # the forward, as Lightning runs it
+            loss_sum, _, tokens, _ = batch_loss(model, batch, 0.1)
+        (loss_sum / tokens).backward()
+    bf16 = [dims for dtype, dims in seen if dtype == torch.bfloat16]
+    fp32 = [dims for dtype, dims in seen if dtype == torch.float32]
+    assert bf16 and all(vocab in dims for dims in bf16), "a bf16 matmul outside the output layer"
+    assert fp32 and not any(vocab in dims for dims in fp32), "the output layer ran in fp32"
+
+
+def cpus_of(folder: Path) -> str:
+    """The CPUs a study's runs trained on, from each result.json's `trained` ("AVX2 EPYCs")."""
+    kinds = {
+        (entry["cpu"].rsplit(", ", 1)[-1], "Xeons" if "Xeon" in entry["cpu"] else "EPYCs")
+        for result in folder.glob("runs/*/result.json")
+        for entry in json.loads(result.read_text("utf-8"))["trained"]
+    }
+    families = sorted({family for _, family in kinds})
+    return " and ".join(sorted({cap for cap, _ in kinds})) + " " + " and ".join(families)
+
+
+def test_readme_results_name_the_cpus_each_study_trained_on() -> None:
+    """The README's results table says, per row, which study it comes from and on which CPUs that
+    study's runs trained (the Transformer's de->en runs were not on the scorer study's CPUs)."""
+    rows = [
+        line
+        for line in (ROOT / "README.md").read_text("utf-8").splitlines()
+        if line.startswith("| ") and "/report.md)" in line
+    ]
+    assert rows, "no results rows with their study's report"
+    for row in rows:
+        cell = row.strip("|").split("|")[-1].strip()
+        folder = ROOT / re.search(r"\]\(([^)]+)/report\.md\)", cell)[1]
+        assert cell.endswith(f", {cpus_of(folder)}"), f"{row.split('|')[1].strip()}: {cell}"
+
+
+def test_study_page_pooled_holm_is_the_reports() -> None:
+    """study.md's Transformer-against-`dot` seed 2 with the baseline report's and the scorer study's
+    tests adjusted as one family, recomputed from the two committed report.json files."""
+    from seq2seq.study.report import holm
+
+    tests = [
+        test
+        for folder in ("docs/study", "docs/study-baseline-de-en")
+        for test in json.loads((ROOT / folder / "report.json").read_text("utf-8"))["significance"]
+    ]
+    [index] = [
+        i
+        for i, test in enumerate(tests)
+        if {test["baseline"], test["system"]} == {"transformer", "study/dot"}
+        and test["seeds"] == "2"
+    ]
+    bs, ar = (holm([test[key] for test in tests])[index] for key in ("p_bs", "p_ar"))
+    page = " ".join((ROOT / "docs" / "results" / "study.md").read_text("utf-8").split())
+    assert f"over the {len(tests)} together" in page
+    assert f"no longer separates it from `dot` ({bs:.3f} / {ar:.3f})" in page
+
+
+def test_a_study_the_readme_says_pins_the_precision_does() -> None:
+    """A study spec the README names as pinning `--precision 32-true` holds it in its flags (not
+    every spec does: the scorer and hidden-size studies leave the precision to the default)."""
+    text = " ".join((ROOT / "README.md").read_text("utf-8").split())
+    named = re.findall(r"`--precision 32-true`[^.]*?`(docs/[\w./-]+/study\.json)` pins it", text)
+    assert named, "the README names no study that pins the precision"
+    for spec in named:
+        flags = json.loads((ROOT / spec).read_text("utf-8"))["flags"]
+        assert "--precision" in flags and flags[flags.index("--precision") + 1] == "32-true", spec
+
+
+README_VARIANTS = {  # results row -> its variant in the study the row links
+    "GRU, additive": "additive",
+    "GRU, dot": "dot",
+    "GRU, scaled": "scaled",
+    "Transformer": "transformer",
+    "GRU, additive, en->de": "gru-additive",
+    "Transformer, en->de": "transformer",
+}
+
+
+def test_readme_hours_a_run_are_the_results_train_hours() -> None:
+    """Each results row's "hours a run": mean (min-max) of its variant's runs' `train_hours`."""
+    lines = (ROOT / "README.md").read_text("utf-8").splitlines()
+    header = next(line for line in lines if line.startswith("| model |")).split("|")
+    column = [cell.strip() for cell in header].index("hours a run")
+    rows = [line.split("|") for line in lines if line.startswith("| ") and "/report.md)" in line]
+    assert {row[1].strip() for row in rows} == set(README_VARIANTS)
+    for row in rows:
+        folder = ROOT / re.search(r"\]\(([^)]+)/report\.md\)", row[-2])[1]
+        variant = README_VARIANTS[row[1].strip()]
+        hours = [
+            json.loads(path.read_text("utf-8"))["train_hours"]
+            for path in sorted((folder / "runs").glob(f"{variant}-seed*/result.json"))
+        ]
+        assert len(hours) == 3, (folder, variant)
+        expected = f"{sum(hours) / 3:.2f} ({min(hours):.2f}-{max(hours):.2f})"
+        assert row[column].strip() == expected, row[1]

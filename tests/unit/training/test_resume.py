@@ -1,0 +1,61 @@
+"""Where a resume continues, and checkpoints that survive a torn write (--resume after kill -9 and
+the state a resume restores: tests/e2e/test_resume.py)."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import seq2seq.checkpoint as checkpoint_io
+import seq2seq.training.runs as runs
+from seq2seq.checkpoint import atomic_save
+from seq2seq.training.runs import remove_stale_temporaries
+
+
+def load(path: Path) -> dict:
+    return torch.load(path, weights_only=True)
+
+
+def test_resume_path_inside_a_run_continues_that_version_folder(tmp_path: Path) -> None:
+    ckpt = tmp_path / "runs" / "rnn-dot" / "version_3" / "checkpoints" / "best-40.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"")
+    folder, path = runs.resume_plan("elsewhere", "rnn-additive", str(ckpt))
+    assert (folder.save_dir, folder.name, folder.version, path) == (
+        str(tmp_path / "runs"), "rnn-dot", 3, ckpt
+    )  # fmt: skip
+    (tmp_path / "runs" / "rnn-dot" / "version_10" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "runs" / "rnn-dot" / "version_10" / "checkpoints" / "last.ckpt").write_bytes(b"")
+    (tmp_path / "runs" / "rnn-dot" / "version_11").mkdir()  # started, no checkpoint yet
+    folder, path = runs.resume_plan(str(tmp_path / "runs"), "rnn-dot", "latest")
+    assert folder.version == 10 and path.parent.parent.name == "version_10"
+    shutil.copy(ckpt, tmp_path / "loose.ckpt")
+    folder, _ = runs.resume_plan("runs", "rnn-dot", str(tmp_path / "loose.ckpt"))
+    assert folder.version is None and folder.save_dir == "runs"  # a new version of this run
+
+
+def test_atomic_save_survives_a_crash_mid_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "last.ckpt"
+    atomic_save({"step": torch.tensor(1)}, path)
+    real_save = torch.save
+
+    def torn_save(obj: object, file) -> None:
+        real_save({"step": torch.tensor(2), "big": torch.zeros(10_000)}, file)
+        file.truncate(100)  # half a file reached the disk, then the process died
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint_io.torch, "save", torn_save)
+    with pytest.raises(OSError):
+        atomic_save({"step": torch.tensor(2)}, path)
+    assert load(path)["step"] == 1  # the previous checkpoint, intact
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # no temporary file left
+
+
+def test_temporaries_of_a_killed_save_are_removed(tmp_path: Path) -> None:
+    (tmp_path / "last.ckpt").write_bytes(b"good")
+    (tmp_path / ".last.ckpt.k2j3h4.tmp").write_bytes(b"torn")  # what kill -9 mid-save leaves
+    assert remove_stale_temporaries(tmp_path) == [tmp_path / ".last.ckpt.k2j3h4.tmp"]
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
