@@ -17,7 +17,7 @@ import warnings
 from seq2seq.checkpoint import CORPUS_KEYS
 from seq2seq.cli import part
 from seq2seq.errors import Stopped
-from seq2seq.training.config import OptimConfig, TrainConfig, ValidationConfig
+from seq2seq.training.config import OptimConfig, TrainConfig, ValidationConfig, validate
 
 STOP_SIGNALS = [signal.SIGTERM, *(getattr(signal, f"SIG{name}") for name in typing.get_args(
     typing.get_type_hints(TrainConfig)["stop_signal"]))]  # fmt: skip
@@ -110,7 +110,9 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
     # No flag or variable turns Lightning's adverts off (Lightning-AI/pytorch-lightning#21294); its
     # console loggers are the documented handle on what it prints.
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_no_tips)
-    # Bad input is refused before any data work: the hardware flags, the run folder, the checkpoint.
+    # Bad input is refused before any data work: the settings (a library caller's TrainConfig has
+    # not been through parse_args), the hardware flags, the run folder, the checkpoint.
+    validate(cfg)
     check_hardware(cfg.accelerator, cfg.devices, cfg.strategy, cfg.precision)
     folder, ckpt_path = resume_plan(cfg.log_dir, cfg.name, cfg.resume)
     flag = f"--log-dir {cfg.log_dir}" if folder.version is None else f"--resume {ckpt_path}"

@@ -200,3 +200,13 @@ def test_a_range_stated_on_a_field_is_checked_for_library_callers_too() -> None:
     with pytest.raises(UserError, match=r"^--keep-last must be zero or more, got -1$"):
         parse_args(["--keep-last", "-1"])
     check_fields(DataConfig(limit_train_pairs=None))  # an unset optional setting passes
+
+
+def test_train_refuses_a_library_callers_bad_config_before_writing(tmp_path) -> None:
+    """train(cfg) from Python checks the settings parse_args would have: nothing is written."""
+    from seq2seq.training.run import train
+
+    logs = tmp_path / "logs"
+    with pytest.raises(UserError, match=r"^`word_dropout` must be in \[0, 1\), got 1.0$"):
+        train(TrainConfig(word_dropout=1.0, log_dir=str(logs)))
+    assert not logs.exists()
