@@ -26,6 +26,7 @@ from types import ModuleType
 
 import torch
 
+from seq2seq.atomic import atomic_write_text
 from seq2seq.benchmarks import speed
 from seq2seq.cli import Parser, cli_message
 from seq2seq.decoding.flags import pick_device
@@ -269,8 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {cli_message(err)}", file=sys.stderr)
         return 2
     if args.json:
-        with open(args.json, "w") as out:
-            json.dump(result, out, indent=2)
+        atomic_write_text(args.json, json.dumps(result, indent=2))  # whole or not at all
     print(render(result))
     return 0
 

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
+from seq2seq.atomic import atomic_write_text
 from seq2seq.cli import Parser, cli_message
 from seq2seq.data.batching import collate
 from seq2seq.decoding.flags import pick_device
@@ -341,8 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {cli_message(err)}", file=sys.stderr)
         return 2
     if args.json:  # before the table: the figures are kept even if printing them fails
-        with open(args.json, "w") as out:
-            json.dump(result, out, indent=2)
+        atomic_write_text(args.json, json.dumps(result, indent=2))  # whole or not at all
     print(render(result))
     return 0
 
