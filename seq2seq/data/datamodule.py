@@ -11,6 +11,7 @@ from typing import Any
 
 import lightning as L
 import numpy as np
+import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
@@ -208,11 +209,16 @@ class TranslationDataModule(L.LightningDataModule):
             if sampler.skip >= len(sampler):  # saved at the end of an epoch: the next one, whole
                 epoch, sampler.skip = epoch + 1, 0
         sampler.set_epoch(epoch)  # Lightning sets it again at each epoch start
+        # A generator of its own: without one, each pass over the loader draws its workers' base
+        # seed from torch's global generator, which dropout draws from, so a resumed run (which
+        # starts its passes at other moments) would go on with other dropout masks.
+        generator = torch.Generator().manual_seed(self.cfg.seed)
         return DataLoader(
             self._rows[split],
             batch_sampler=sampler,
             collate_fn=collate,
             num_workers=self.cfg.num_workers,
+            generator=generator,
         )
 
 

@@ -256,9 +256,14 @@ class TranslationSystem(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._lr_horizon = checkpoint.get("lr_horizon")  # None in checkpoints written before it
+        # Dropout and word dropout draw from torch's generator: a resumed run goes on with the draws
+        # the stopped one would have made next (checkpoints before 0.3.0 kept no generator state).
+        if "rng_state" in checkpoint:
+            torch.set_rng_state(checkpoint["rng_state"])
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["lr_horizon"] = self._lr_horizon
+        checkpoint["rng_state"] = torch.get_rng_state()  # (5056,) uint8: the CPU generator's
         # What `--precision auto` became, which a resumed run keeps (seq2seq.training.launch).
         checkpoint["precision"] = str(self.trainer.precision)
         # What rebuilds the model without this class (seq2seq.decoding.loading.load_model).
