@@ -30,6 +30,9 @@ from seq2seq.models.config import ModelConfig
 from seq2seq.recipes import RECIPE
 from seq2seq.training.yaml_config import read_yaml
 
+# Warm-up updates when --warmup-steps is not given, cut to a tenth of a shorter run's updates.
+DEFAULT_WARMUP = 500
+
 
 @dataclass
 class OptimConfig(ModelDefaults):
@@ -39,8 +42,11 @@ class OptimConfig(ModelDefaults):
     lr_schedule: Literal["cosine", "inverse_sqrt"] = option(
         "cosine", "after warm-up: cosine decay to the last step, or 1/sqrt(step)"
     )
-    warmup_steps: int = option(
-        500, "linear warm-up steps (at most 10%% of the run)", check="non-negative"
+    warmup_steps: int | None = option(
+        None,
+        f"linear warm-up steps (default: {DEFAULT_WARMUP}, at most a tenth of the run; a number "
+        "given is taken whole)",
+        check="non-negative",
     )
     min_lr_ratio: float = option(0.1, "the learning rate never falls below lr * this ratio")
     label_smoothing: float = option(0.1, "label smoothing of the cross-entropy", check="fraction")
