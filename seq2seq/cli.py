@@ -38,13 +38,44 @@ CHECKS = {
 }
 
 
-def option(default: Any, help: str, check: str | None = None, tags: tuple[str, ...] = ()) -> Any:
+def option(
+    default: Any,
+    help: str,
+    check: str | None = None,
+    tags: tuple[str, ...] = (),
+    per_model: dict[str, Any] | None = None,
+) -> Any:
     """A dataclass field that is also a flag: its default, its --help text and, optionally, the
-    range its values must lie in (a key of `CHECKS`, checked by `check_fields`) and the tags of the
-    groups it belongs to (`tagged`)."""
+    range its values must lie in (a key of `CHECKS`, checked by `check_fields`), the tags of the
+    groups it belongs to (`tagged`), and a default for each model kind (`per_model`, with `default`
+    None: the field is filled by `ModelDefaults` from the config's `model` when it is left unset)."""
     if check is not None and check not in CHECKS:
         raise ValueError(f"unknown check {check!r}; choose one of {', '.join(CHECKS)}")
-    return dataclasses.field(default=default, metadata={"help": help, "check": check, "tags": tags})
+    if per_model is not None:
+        if default is not None:
+            raise ValueError("a field with per-model defaults has the default None")
+        each = ", ".join(f"{value} for {kind}" for kind, value in per_model.items())
+        help = f"{help} (default: {each})"
+    metadata = {"help": help, "check": check, "tags": tags, "per_model": per_model}
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def per_model_fields(schema: Any) -> tuple[str, ...]:
+    """The names of the fields of `schema` whose default depends on the model kind."""
+    return tuple(f.name for f in dataclasses.fields(schema) if f.metadata.get("per_model"))
+
+
+class ModelDefaults:
+    """Base of a settings dataclass: each field declared with `option(None, ..., per_model={...})`
+    and left None takes the value for the config's `model`; a part without a `model` field, or a
+    model kind not listed (refused later by `check_fields`), takes the first kind's value."""
+
+    def __post_init__(self) -> None:
+        model = getattr(self, "model", None)
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            defaults = f.metadata.get("per_model")
+            if defaults and getattr(self, f.name) is None:
+                setattr(self, f.name, defaults.get(model, next(iter(defaults.values()))))
 
 
 def tagged(schema: type, tag: str) -> tuple[str, ...]:

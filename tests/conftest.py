@@ -109,7 +109,8 @@ def tiny_checkpoint(tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory)
     corpus = shutil.copytree(tiny_corpus, root / "corpus")
     args = tiny_train_args(corpus, root / "runs", "--max-steps", "300", "--max-epochs", "1000",
                            "--val-every", "150", "--lr", "1e-2", "--warmup-steps", "30",
-                           "--dropout", "0", "--label-smoothing", "0", "--emb-size", "32",
+                           "--dropout", "0", "--word-dropout", "0", "--label-smoothing", "0",
+                           "--emb-size", "32",
                            "--hidden-size", "64")  # fmt: skip
     from seq2seq.commands import train
 

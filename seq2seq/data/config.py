@@ -9,15 +9,16 @@ never imports the training layer.
 from dataclasses import dataclass
 from pathlib import Path
 
-from seq2seq.cli import option, tagged
+from seq2seq.cli import ModelDefaults, option, tagged
 from seq2seq.errors import UserError
+from seq2seq.recipes import RECIPE
 
 # A field tagged ORDER fixes the order of training batches: a resumed run must keep it (`order_fields`).
 ORDER = "batch-order"
 
 
 @dataclass
-class DataConfig:
+class DataConfig(ModelDefaults):
     """data: the corpus, its tokenizer and cache, and the training batches"""
 
     dataset: str = option(
@@ -37,10 +38,11 @@ class DataConfig:
         tags=(ORDER,),
     )
     batch_tokens: int = option(
-        2048,
+        None,
         "token budget per batch (padded tokens of the longer side)",
         check="positive",
         tags=(ORDER,),
+        per_model=RECIPE["batch_tokens"],
     )
     accumulate_grad_batches: int = option(
         1, "batches whose gradients add up to one update", check="positive", tags=(ORDER,)

@@ -11,6 +11,7 @@ from typing import Any
 
 import lightning as L
 import numpy as np
+import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
@@ -208,11 +209,16 @@ class TranslationDataModule(L.LightningDataModule):
             if sampler.skip >= len(sampler):  # saved at the end of an epoch: the next one, whole
                 epoch, sampler.skip = epoch + 1, 0
         sampler.set_epoch(epoch)  # Lightning sets it again at each epoch start
+        # A generator of its own: without one, each pass over the loader draws its workers' base
+        # seed from torch's global generator, which dropout draws from, so a resumed run (which
+        # starts its passes at other moments) would go on with other dropout masks.
+        generator = torch.Generator().manual_seed(self.cfg.seed)
         return DataLoader(
             self._rows[split],
             batch_sampler=sampler,
             collate_fn=collate,
             num_workers=self.cfg.num_workers,
+            generator=generator,
         )
 
 
@@ -221,21 +227,34 @@ def order_settings(cfg: DataConfig, world_size: int) -> dict[str, Any]:
     return {**{name: getattr(cfg, name) for name in order_fields()}, "processes": world_size}
 
 
+def order_changes(cfg: DataConfig, world_size: int, checkpoint: dict) -> list[tuple[str, Any, Any]]:
+    """(setting, value in `checkpoint`, value now) of each setting that fixes the batch order and
+    differs; none for a checkpoint of an earlier version, which kept no order to compare with."""
+    state = checkpoint.get(TranslationDataModule.__qualname__) or {}
+    saved = state.get("order")
+    if saved is None:
+        return []
+    now = order_settings(cfg, world_size)
+    return [
+        (name, saved[name], now[name]) for name in now if name in saved and saved[name] != now[name]
+    ]
+
+
+def changed_message(path: Path, changed: list[tuple[str, Any, Any]]) -> str:
+    """`<path>: trained with `a` 1, `b` 2 (now 3, 4)`, each setting named as the library names it."""
+    then = ", ".join(f"{_as_flag(name)} {before}" for name, before, _ in changed)
+    here = ", ".join(str(after) for _, _, after in changed)
+    return f"{path}: trained with {then} (now {here})"
+
+
 def check_same_order(cfg: DataConfig, world_size: int, checkpoint: dict, path: Path) -> None:
     """Refuse to resume `checkpoint` with flags that change the batch order or the processes: its
     count of batches done would point into another order, and the schedule's horizon would move."""
-    state = checkpoint.get(TranslationDataModule.__qualname__) or {}
-    saved = state.get("order")
-    if saved is None:  # a checkpoint of an earlier version: nothing to compare with
-        return
-    now = order_settings(cfg, world_size)
-    changed = [name for name in now if name in saved and saved[name] != now[name]]
+    changed = order_changes(cfg, world_size, checkpoint)
     if changed:
-        then = ", ".join(f"{_as_flag(name)} {saved[name]}" for name in changed)
-        here = ", ".join(str(now[name]) for name in changed)
         raise UserError(
-            f"{path}: trained with {then} (now {here}); resume with the same settings: they fix "
-            "the order of training batches"
+            f"{changed_message(path, changed)}; resume with the same settings: they fix the order "
+            "of training batches"
         )
 
 

@@ -9,13 +9,14 @@ is the union of this and the other layers' settings, so the flags stay flat.
 from dataclasses import dataclass
 from typing import Literal
 
-from seq2seq.cli import option
+from seq2seq.cli import ModelDefaults, option
 from seq2seq.errors import UserError
 from seq2seq.models.transformer_layers import POSITIONS
+from seq2seq.recipes import RECIPE
 
 
 @dataclass
-class ModelConfig:
+class ModelConfig(ModelDefaults):
     """model: its kind and the sizes its constructor takes"""
 
     model: Literal["rnn", "transformer"] = option(
@@ -36,7 +37,10 @@ class ModelConfig:
     ff_size: int = option(1024, "feed-forward inner size (transformer)", check="positive")
     post_ln: bool = option(False, "post-LN layers instead of pre-LN (transformer)")
     dropout: float = option(
-        0.3, "dropout on embeddings, between layers and on output features", check="fraction"
+        None,
+        "dropout on embeddings, between layers and on output features",
+        check="fraction",
+        per_model=RECIPE["dropout"],
     )
     tie_embeddings: bool = option(
         True, "share source, target and output embeddings (joint vocabulary)"

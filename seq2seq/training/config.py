@@ -15,36 +15,48 @@ values and names its settings in errors (`name`); `parse_args` spells them as fl
 from dataclasses import dataclass
 from typing import Literal
 
-from seq2seq.cli import DefaultsFormatter, Parser, add_flags, check_fields, cli_message, option
+from seq2seq.cli import (
+    DefaultsFormatter,
+    ModelDefaults,
+    Parser,
+    add_flags,
+    check_fields,
+    cli_message,
+    option,
+)
 from seq2seq.data.config import DataConfig
 from seq2seq.errors import UserError
 from seq2seq.models.config import ModelConfig
+from seq2seq.recipes import RECIPE
 from seq2seq.training.yaml_config import read_yaml
 
-# Epochs when --max-epochs is not given. In a GPU run planned for 40 epochs, the Transformer's validation
-# BLEU levelled off after about 22 (README, Results), so its schedule now ends at 25.
-DEFAULT_EPOCHS = {"rnn": 20, "transformer": 25}
+# Warm-up updates when --warmup-steps is not given, cut to a tenth of a shorter run's updates.
+DEFAULT_WARMUP = 500
 
 
 @dataclass
-class OptimConfig:
+class OptimConfig(ModelDefaults):
     """optimisation: the optimiser, its schedule and the loss (what `TranslationSystem` trains with)"""
 
-    lr: float = option(1e-3, "peak learning rate (Adam)", check="positive")
+    lr: float = option(None, "peak learning rate (Adam)", check="positive", per_model=RECIPE["lr"])
     lr_schedule: Literal["cosine", "inverse_sqrt"] = option(
         "cosine", "after warm-up: cosine decay to the last step, or 1/sqrt(step)"
     )
-    warmup_steps: int = option(
-        500, "linear warm-up steps (at most 10%% of the run)", check="non-negative"
+    warmup_steps: int | None = option(
+        None,
+        f"linear warm-up steps (default: {DEFAULT_WARMUP}, at most a tenth of the run; a number "
+        "given is taken whole)",
+        check="non-negative",
     )
     min_lr_ratio: float = option(0.1, "the learning rate never falls below lr * this ratio")
     label_smoothing: float = option(0.1, "label smoothing of the cross-entropy", check="fraction")
     clip_norm: float = option(1.0, "gradient-norm clipping (0: off)")
     word_dropout: float = option(
-        0.0,
+        None,
         "while training, replace each source and target-input subword by <unk> with this "
         "probability (Sennrich et al. 2016; Gal and Ghahramani 2016)",
         check="fraction",
+        per_model=RECIPE["word_dropout"],
     )
     guided_alignment_weight: float = option(
         0.1,
@@ -58,7 +70,7 @@ class OptimConfig:
 
 
 @dataclass
-class ValidationConfig:
+class ValidationConfig(ModelDefaults):
     """validation: when it runs, how it searches, and which checkpoints it keeps"""
 
     val_every: int | None = option(
@@ -93,14 +105,11 @@ class ValidationConfig:
 
 
 @dataclass
-class RunConfig:
+class RunConfig(ModelDefaults):
     """run: when it stops, where it is written, and on what hardware"""
 
-    max_epochs: int | None = option(
-        None,
-        f"stop after this many epochs (default: {DEFAULT_EPOCHS['rnn']} for rnn, "
-        f"{DEFAULT_EPOCHS['transformer']} for transformer)",
-        check="positive",
+    max_epochs: int = option(
+        None, "stop after this many epochs", check="positive", per_model=RECIPE["max_epochs"]
     )
     max_minutes: float | None = option(
         None,
@@ -142,10 +151,6 @@ class RunConfig:
 @dataclass
 class TrainConfig(RunConfig, ValidationConfig, OptimConfig, DataConfig, ModelConfig):
     """Every setting of a training run: the union of the layers' settings, flat."""
-
-    def __post_init__(self) -> None:
-        if self.max_epochs is None:  # the Transformer needs more epochs to converge than the GRU
-            self.max_epochs = DEFAULT_EPOCHS.get(self.model, DEFAULT_EPOCHS["rnn"])
 
     @property
     def name(self) -> str:

@@ -80,7 +80,7 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
     from lightning.pytorch.callbacks import EarlyStopping
     from lightning.pytorch.loggers import TensorBoardLogger
 
-    from seq2seq.data.datamodule import TranslationDataModule, check_same_corpus, check_same_order
+    from seq2seq.data.datamodule import TranslationDataModule, check_same_corpus
     from seq2seq.data.prepare import prepare
     from seq2seq.models.build import build_model, model_args_from
     from seq2seq.training.callbacks import AlignmentErrorRate, AttentionHeatmaps, TokensPerSecond
@@ -93,6 +93,7 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
     )
     from seq2seq.training.runs import (
         check_fits,
+        check_same_recipe,
         check_writable,
         checkpoint_callbacks,
         read_resumable,
@@ -152,7 +153,7 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
             hardware = ("accelerator", "devices", "strategy", "precision", "num_nodes")
             raise trainer_error(err, {name: getattr(cfg, name) for name in hardware}) from None
         if checkpoint is not None:
-            check_same_order(cfg, trainer.world_size, checkpoint, ckpt_path)
+            check_same_recipe(cfg, trainer.world_size, checkpoint, ckpt_path)
         if slow and trainer.is_global_zero:
             print(slow, file=sys.stderr)
         L.seed_everything(cfg.seed, workers=True, verbose=False)

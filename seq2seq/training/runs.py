@@ -16,6 +16,13 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from seq2seq.atomic import TEMP_SUFFIX
 from seq2seq.checkpoint import atomic_save, read_checkpoint
+from seq2seq.cli import per_model_fields
+from seq2seq.data.config import order_fields
+from seq2seq.data.datamodule import (
+    changed_message,
+    check_same_order,
+    order_changes,
+)
 from seq2seq.errors import UserError
 
 
@@ -197,3 +204,34 @@ def check_fits(system: L.LightningModule, tokenizer: bytes, checkpoint: dict, pa
             f"{path}: its weights do not fit the model these flags build ({detail}); "
             "resume with the flags it was trained with"
         )
+
+
+# What a checkpoint written before a recipe setting existed trained with (word dropout came in 0.2.0).
+BEFORE_IT_EXISTED = {"word_dropout": 0.0}
+
+
+def check_same_recipe(cfg: Any, world_size: int, checkpoint: dict, path: Path) -> None:
+    """Refuse to resume `checkpoint` with other values of the recipe's settings (`seq2seq.recipes`)
+    than it trained with, whether given or defaulted: their defaults follow `model` and changed in
+    0.3.0, and a resumed run must go on as it began. `max_epochs` may change (a run can be given
+    more epochs); `batch_tokens`, which fixes the batch order, is `check_same_order`'s, and is named
+    here too when it changed with the others, so that one refusal names every flag to give."""
+    saved = {
+        **BEFORE_IT_EXISTED,
+        **(checkpoint.get("hyper_parameters") or {}),
+        **checkpoint["model_args"],
+    }
+    order = order_changes(cfg, world_size, checkpoint)
+    names = [
+        n for n in per_model_fields(type(cfg)) if n != "max_epochs" and n not in order_fields()
+    ]
+    changed = [
+        (n, saved[n], getattr(cfg, n)) for n in names if n in saved and saved[n] != getattr(cfg, n)
+    ]
+    if changed:
+        raise UserError(
+            f"{changed_message(path, [*order, *changed])}; resume with the same settings: a run "
+            "keeps its recipe (the defaults of `dropout`, `word_dropout`, `batch_tokens`, `lr` and "
+            "`max_epochs` follow `model`, and changed in seq2seq 0.3.0)"
+        )
+    check_same_order(cfg, world_size, checkpoint, path)

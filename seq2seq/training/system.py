@@ -25,7 +25,7 @@ from seq2seq.decoding.metrics import corpus_bleu, perplexity
 from seq2seq.decoding.search import SearchConfig, translate_batch
 from seq2seq.models.interface import Seq2Seq
 from seq2seq.models.kernels import accelerate
-from seq2seq.training.config import OptimConfig, ValidationConfig
+from seq2seq.training.config import DEFAULT_WARMUP, OptimConfig, ValidationConfig
 from seq2seq.training.losses import alignment_loss, batch_loss
 
 
@@ -41,6 +41,13 @@ def lr_factor(step: int, schedule: str, warmup: int, total: int, floor: float) -
         return max(math.sqrt(max(warmup, 1) / (step + 1)), floor)
     progress = min((step - warmup) / max(total - warmup, 1), 1.0)
     return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def warmup_steps(given: int | None, total: int) -> int:
+    """The warm-up of a run of `total` updates: `--warmup-steps` when given (Wu et al. 2021 warm up
+    over 2,000 of about 8,000), else `DEFAULT_WARMUP` cut to a tenth of the run, so that a short run
+    (a test's 60 updates) does not spend itself warming up."""
+    return given if given is not None else min(DEFAULT_WARMUP, total // 10)
 
 
 def word_dropout(batch: dict[str, Tensor], p: float) -> dict[str, Tensor]:
@@ -235,8 +242,7 @@ class TranslationSystem(L.LightningModule):
         # --max-steps or --max-epochs moves where training stops, never the rate it is at.
         total = self._lr_horizon or max(int(self.trainer.estimated_stepping_batches), 1)
         self._lr_horizon = total
-        # A short run (tests, max_steps 60) must not spend itself warming up: cap warm-up at 10%.
-        warmup = min(hp.warmup_steps, total // 10)
+        warmup = warmup_steps(hp.warmup_steps, total)
         schedule = functools.partial(
             lr_factor, schedule=hp.lr_schedule, warmup=warmup, total=total, floor=hp.min_lr_ratio
         )
@@ -256,9 +262,14 @@ class TranslationSystem(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._lr_horizon = checkpoint.get("lr_horizon")  # None in checkpoints written before it
+        # Dropout and word dropout draw from torch's generator: a resumed run goes on with the draws
+        # the stopped one would have made next (checkpoints before 0.3.0 kept no generator state).
+        if "rng_state" in checkpoint:
+            torch.set_rng_state(checkpoint["rng_state"])
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["lr_horizon"] = self._lr_horizon
+        checkpoint["rng_state"] = torch.get_rng_state()  # (5056,) uint8: the CPU generator's
         # What `--precision auto` became, which a resumed run keeps (seq2seq.training.launch).
         checkpoint["precision"] = str(self.trainer.precision)
         # What rebuilds the model without this class (seq2seq.decoding.loading.load_model).

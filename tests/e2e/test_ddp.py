@@ -23,7 +23,7 @@ from tests.conftest import tiny_train_args, write_corpus
 TRAIN = ("-m", "seq2seq", "train")  # `python -m seq2seq train`; torchrun takes -m too
 # A wider model at a high rate reaches a BLEU above zero within 40 steps: equal BLEU means something.
 LEARNS = ("--emb-size", "32", "--hidden-size", "64", "--lr", "1e-2", "--dropout", "0",
-          "--label-smoothing", "0", "--max-epochs", "1000", "--val-every", "20")  # fmt: skip
+          "--word-dropout", "0", "--label-smoothing", "0", "--max-epochs", "1000", "--val-every", "20")  # fmt: skip
 # Imported by every Python process of a run (PYTHONPATH): appends a line per tokenizer training,
 # which it slows down so that a second process, unless held back until the first is done, would
 # find no tokenizer either and train its own.

@@ -239,6 +239,7 @@ REFUSALS: dict[str, Setup] = {
     "checkpoint of another model": trained,
     "checkpoint of another tokenizer": trained,
     "resume with other batching or seed": trained,
+    "resume with another recipe": trained,
     "resume on edited training pairs": trained_then_edited,
     "a YAML value of the wrong type": bad_yaml,
     "precision typo": flags_only,

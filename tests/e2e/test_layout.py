@@ -10,7 +10,10 @@ from tests.conftest import PREMOVE_SIZES, tiny_train_args, write_corpus
 
 
 def test_a_run_saved_before_the_move_resumes_to_its_new_end(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, premove_checkpoint: Path
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    premove_checkpoint: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.chdir(tmp_path)  # the data cache goes to ./data/cache
     corpus = write_corpus(tmp_path / "corpus")  # the fixture's corpus: seeded, the same pairs
@@ -18,6 +21,10 @@ def test_a_run_saved_before_the_move_resumes_to_its_new_end(
     args = tiny_train_args(corpus, runs, "--max-steps", "30", "--max-epochs", "1000",
                            "--val-every", "10", "--seed", "1", *PREMOVE_SIZES,
                            "--resume", str(premove_checkpoint))  # fmt: skip
+    # It trained with 0.2.0's recipe, which a resume must be given (a run keeps its recipe).
+    assert train_command.main(args) == 2
+    assert "trained with --dropout 0.3, --lr 0.001, --word-dropout 0.0" in capsys.readouterr().err
+    args += ["--dropout", "0.3", "--lr", "1e-3", "--word-dropout", "0"]
     assert train_command.main(args) == 0
     last = torch.load(next(runs.rglob("last.ckpt")), weights_only=True)
     assert last["global_step"] == 30

@@ -27,9 +27,9 @@ SHIM = ROOT / "scripts" / "train.py"
 
 
 # Two batches an update, so a signal can land in the middle of one; no validation checkpoint comes
-# before the stop, and no dropout, so runs compare bit for bit.
+# before the stop; both kinds of dropout on, whose draws a resume continues: runs compare bit for bit.
 FLAGS = ("--accumulate-grad-batches", "2", "--max-steps", "60", "--max-epochs", "1000",
-         "--val-every", "1000", "--dropout", "0")  # fmt: skip
+         "--val-every", "1000", "--dropout", "0.3", "--word-dropout", "0.1")  # fmt: skip
 
 
 def _env() -> dict[str, str]:

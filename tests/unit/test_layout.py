@@ -14,7 +14,7 @@ import torch
 from seq2seq import Translator, load_model
 from tests.conftest import ROOT
 
-BASICS = {"__init__", "errors", "atomic", "checkpoint", "cli", "machine", "signals"}
+BASICS = {"__init__", "errors", "atomic", "checkpoint", "cli", "machine", "signals", "recipes"}
 ENTRY = "__main__"  # `python -m seq2seq`: hands over to seq2seq.commands, above every layer
 FOLDERS = {
     "models",

@@ -36,7 +36,9 @@ def make_system(clip_norm: float = 0.0) -> TranslationSystem:
     torch.manual_seed(0)
     cfg = TrainConfig(emb_size=16, hidden_size=32, dropout=0.0)
     model = build_model(model_args_from(cfg, VOCAB))
-    return TranslationSystem(model, None, OptimConfig(label_smoothing=0.1, clip_norm=clip_norm))
+    return TranslationSystem(
+        model, None, OptimConfig(label_smoothing=0.1, clip_norm=clip_norm, word_dropout=0.0)
+    )
 
 
 def reference(parts: list[list[dict]]) -> tuple[dict[str, torch.Tensor], float]:

@@ -2,12 +2,13 @@ import dataclasses
 
 import pytest
 
-from seq2seq.cli import check_fields
+from seq2seq.cli import as_flag, check_fields, per_model_fields
 from seq2seq.data.config import DataConfig, order_fields
 from seq2seq.decoding.flags import decoding_parser, search_config
 from seq2seq.errors import UserError
 from seq2seq.models.build import build_model, model_args_from, model_keys
 from seq2seq.models.config import ModelConfig
+from seq2seq.recipes import CLASSIC_RNN, RECIPES
 from seq2seq.training.config import (
     OptimConfig,
     RunConfig,
@@ -24,29 +25,48 @@ def test_defaults_need_no_flags() -> None:
     assert cfg.name == "rnn-additive"
 
 
-def test_epochs_default_per_model_unless_given(tmp_path) -> None:
-    assert parse_args([]).max_epochs == 20
-    assert parse_args(["--model", "transformer"]).max_epochs == 25
-    assert parse_args(["--model", "transformer", "--max-epochs", "3"]).max_epochs == 3
+@pytest.mark.parametrize("name", per_model_fields(TrainConfig))
+def test_a_recipe_setting_defaults_per_model_unless_given(name: str, tmp_path) -> None:
+    flag = "--" + name.replace("_", "-")
+    rnn, transformer = RECIPES["rnn"][name], RECIPES["transformer"][name]
+    assert getattr(parse_args([]), name) == rnn
+    assert getattr(parse_args(["--model", "transformer"]), name) == transformer
+    # Given, it wins, even when it is the other model's default.
+    assert getattr(parse_args(["--model", "transformer", flag, str(rnn)]), name) == rnn
+    assert getattr(parse_args([flag, str(transformer)]), name) == transformer
     path = tmp_path / "run.yaml"
     path.write_text("model: transformer\n")
-    assert parse_args(["--config", str(path)]).max_epochs == 25
-    # hparams.yaml holds the resolved number, so it rebuilds the same run.
+    assert getattr(parse_args(["--config", str(path)]), name) == transformer
+    path.write_text(f"model: transformer\n{name}: {rnn}\n")
+    assert getattr(parse_args(["--config", str(path)]), name) == rnn
+    # hparams.yaml holds the resolved value, so it rebuilds the same run; a library caller's
+    # config, and a layer's part alone (the GRU's, having no model), resolve the same way.
     saved = dataclasses.asdict(parse_args(["--model", "transformer"]))
-    assert TrainConfig(**saved).max_epochs == 25
+    assert getattr(TrainConfig(**saved), name) == transformer
+    assert getattr(TrainConfig(model="transformer"), name) == transformer
+    (owner,) = [p for p in PARTS if name in {f.name for f in dataclasses.fields(p)}]
+    assert getattr(owner(), name) == rnn
+
+
+def test_the_recipes_differ_where_the_search_changed_the_gru() -> None:
+    """The GRU's recipe is the search's, not the one before it; the Transformer's is unchanged."""
+    changed = {name for name in CLASSIC_RNN if RECIPES["rnn"][name] != CLASSIC_RNN[name]}
+    assert changed == set(per_model_fields(TrainConfig))
+    # The recipe before the search is the flag set README's Train section gives.
+    flags = [word for name, value in CLASSIC_RNN.items() for word in (as_flag(name), str(value))]
+    assert parse_args(flags) == TrainConfig(**CLASSIC_RNN)
 
 
 def test_every_field_has_a_flag_with_its_default_in_help() -> None:
     text = build_parser().format_help()
     for f in dataclasses.fields(TrainConfig):
         assert "--" + f.name.replace("_", "-") in text
-    assert "{additive,dot,scaled}" in text and "(default: 2048)" in text
-    # A default that depends on other flags is explained in words, not shown as None.
+    assert "{additive,dot,scaled}" in text and "(default: 8000)" in text
+    # A default that depends on the model is given for each, not shown as None.
     flat = " ".join(text.split())
-    assert (
-        "(default: 20 for rnn, 25 for transformer)" in flat
-        and "25 for transformer) (default" not in flat
-    )
+    for name in per_model_fields(TrainConfig):
+        each = f"{RECIPES['rnn'][name]} for rnn, {RECIPES['transformer'][name]} for transformer"
+        assert f"(default: {each})" in flat and f"{each}) (default" not in flat
 
 
 def test_flags_override_yaml_which_overrides_defaults(tmp_path) -> None:

@@ -307,7 +307,9 @@ def test_align_loss_is_normalised_by_the_update_s_real_target_tokens(
             assert batch["align_ref"][~batch["tgt_mask"]].sum() == 0  # padding rows: no links
             _, _, tokens, weights = batch_loss(model, batch, 0.0)
             sums += torch.stack([alignment_loss(weights, batch["align_ref"]), tokens.float()])
-    system = TranslationSystem(model, dm.tokenizer, OptimConfig(guided_alignment_weight=0.5))
+    system = TranslationSystem(
+        model, dm.tokenizer, OptimConfig(guided_alignment_weight=0.5, word_dropout=0.0)
+    )
     trainer = L.Trainer(max_steps=1, accumulate_grad_batches=2, logger=False, limit_val_batches=0,
                         enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, accelerator="cpu", devices=1)  # fmt: skip

@@ -1,6 +1,7 @@
-"""Where a resume continues, and checkpoints that survive a torn write (--resume after kill -9 and
+"""Where a resume continues, what it must keep, and checkpoints that survive a torn write (--resume after kill -9 and
 the state a resume restores: tests/e2e/test_resume.py)."""
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -10,6 +11,11 @@ import torch
 import seq2seq.checkpoint as checkpoint_io
 import seq2seq.training.runs as runs
 from seq2seq.checkpoint import atomic_save
+from seq2seq.cli import cli_message, part
+from seq2seq.data.datamodule import TranslationDataModule, order_settings
+from seq2seq.errors import UserError
+from seq2seq.recipes import CLASSIC_RNN
+from seq2seq.training.config import OptimConfig, TrainConfig
 from seq2seq.training.runs import remove_stale_temporaries
 
 
@@ -59,3 +65,35 @@ def test_temporaries_of_a_killed_save_are_removed(tmp_path: Path) -> None:
     (tmp_path / ".last.ckpt.k2j3h4.tmp").write_bytes(b"torn")  # what kill -9 mid-save leaves
     assert remove_stale_temporaries(tmp_path) == [tmp_path / ".last.ckpt.k2j3h4.tmp"]
     assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+
+
+def saved_run(cfg: TrainConfig) -> dict:
+    """What a checkpoint of a run with `cfg` holds of its settings: the optimisation's and
+    validation's in hyper_parameters, the model's in model_args, the batch order in the data
+    module's state."""
+    return {
+        "hyper_parameters": {**dataclasses.asdict(part(cfg, OptimConfig)), "corpus": None},
+        "model_args": {"kind": cfg.model, "dropout": cfg.dropout, "vocab_size": 100},
+        TranslationDataModule.__qualname__: {"order": order_settings(cfg, 1)},
+    }
+
+
+def test_a_resume_keeps_the_recipe_it_trained_with(tmp_path: Path) -> None:
+    """A run of the recipe before 0.3.0, resumed with no recipe flags, is refused with every flag
+    it needs; given them, or more epochs, it resumes."""
+    old = TrainConfig(**CLASSIC_RNN)
+    checkpoint, path = saved_run(old), tmp_path / "last.ckpt"
+    with pytest.raises(UserError) as refused:
+        runs.check_same_recipe(TrainConfig(), 1, checkpoint, path)
+    message = cli_message(refused.value)
+    assert message.startswith(
+        f"{path}: trained with --batch-tokens 2048, --dropout 0.3, --lr 0.001, --word-dropout 0.0 "
+        "(now 4096, 0.5, 0.002, 0.1); resume with the same settings"
+    )
+    runs.check_same_recipe(old, 1, checkpoint, path)
+    runs.check_same_recipe(dataclasses.replace(old, max_epochs=40), 1, checkpoint, path)
+    # One setting alone is named alone; the batch order's own check still speaks for its flags.
+    with pytest.raises(UserError, match=r"trained with `lr` 0.001 \(now 0.0005\)"):
+        runs.check_same_recipe(dataclasses.replace(old, lr=5e-4), 1, checkpoint, path)
+    with pytest.raises(UserError, match=r"`seed` 1 \(now 2\); .* order of training batches"):
+        runs.check_same_recipe(dataclasses.replace(old, seed=2), 1, checkpoint, path)

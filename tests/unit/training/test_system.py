@@ -12,7 +12,7 @@ from seq2seq.models.kernels import accelerate
 from seq2seq.models.rnn import RNNSeq2Seq
 from seq2seq.training import losses as loss
 from seq2seq.training.losses import batch_loss, output_loss
-from seq2seq.training.system import adam, lr_factor
+from seq2seq.training.system import adam, lr_factor, warmup_steps
 
 
 def chunked(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -239,6 +239,14 @@ def test_inverse_sqrt_schedule_peaks_at_warmup_and_falls_as_one_over_sqrt() -> N
     assert factor(399) == pytest.approx(0.5) and factor(1599) == pytest.approx(0.25)
     assert lr_factor(10**6, "inverse_sqrt", 100, 10**6, floor=0.05) == 0.05
     assert math.isclose(factor(0), 0.01)
+
+
+def test_warm_up_left_unset_is_cut_to_a_tenth_of_the_run_and_a_given_one_is_taken_whole() -> None:
+    assert warmup_steps(None, 6_100) == 500  # the Transformer's 25 epochs
+    assert warmup_steps(None, 3_690) == 369  # the GRU's 30 epochs of 4,096-token batches
+    assert warmup_steps(None, 60) == 6
+    assert warmup_steps(2_000, 6_000) == 2_000  # Wu et al.'s, a third of the run
+    assert warmup_steps(0, 60) == 0
 
 
 @pytest.mark.parametrize("key", ["attn_entropy", "max_weight", "score_std"])
