@@ -428,11 +428,12 @@ def test_a_study_the_readme_says_pins_the_precision_does() -> None:
 
 
 README_VARIANTS = {  # results row -> its variant in the study the row links
-    "GRU, additive": "additive",
-    "GRU, dot": "dot",
-    "GRU, scaled": "scaled",
+    "GRU, additive (default)": "gru-reg",
+    "GRU, additive, 0.2": "additive",
+    "GRU, dot, 0.2": "dot",
+    "GRU, scaled, 0.2": "scaled",
     "Transformer": "transformer",
-    "GRU, additive, en->de": "gru-additive",
+    "GRU, additive, en->de, 0.2": "gru-additive",
     "Transformer, en->de": "transformer",
 }
 
