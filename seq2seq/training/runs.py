@@ -229,9 +229,10 @@ def check_same_recipe(cfg: Any, world_size: int, checkpoint: dict, path: Path) -
         (n, saved[n], getattr(cfg, n)) for n in names if n in saved and saved[n] != getattr(cfg, n)
     ]
     if changed:
+        *first, last = (f"`{n}`" for n in per_model_fields(type(cfg)))
         raise UserError(
             f"{changed_message(path, [*order, *changed])}; resume with the same settings: a run "
-            "keeps its recipe (the defaults of `dropout`, `word_dropout`, `batch_tokens`, `lr` and "
-            "`max_epochs` follow `model`, and changed in seq2seq 0.3.0)"
+            f"keeps its recipe (the defaults of {', '.join(first)} and {last} follow `model`, and "
+            "changed in seq2seq 0.3.0)"
         )
     check_same_order(cfg, world_size, checkpoint, path)
