@@ -2,8 +2,9 @@
 (`run_all`), one run trained and scored under its lock (`run_one`), a trained run scored again
 (`score_one`), and what `seq2seq study` prints besides (`print_commands`, `print_status`,
 `write_report`). Each run is a `seq2seq study one` child process, whose training is a `seq2seq train`
-child (seq2seq.study.process) and whose scoring a `seq2seq study score` child; every function returns
-the exit status the command ends with (0 done, 1 a run failed, 2 bad input, 4 stopped).
+child (seq2seq.study.process) and whose scoring a `seq2seq study score` child, and `run_all`'s report
+is a `seq2seq study report` child: a study that runs for days reports with the code of its end. Every
+function returns the exit status the command ends with (0 done, 1 a run failed, 2 bad input, 4 stopped).
 """
 
 import os
@@ -44,8 +45,9 @@ def run_all(
     threads: int | None,
     max_minutes: float | None = None,
 ) -> int:
-    """Every unfinished run through `study.py one`, `parallel` at a time; then the report. Status 4
-    (STOPPED) when a stop signal or `max_minutes` left runs unfinished, 1 when a run failed."""
+    """Every unfinished run through `study.py one`, `parallel` at a time; then the report, by a
+    `seq2seq study report` child. Status 4 (STOPPED) when a stop signal or `max_minutes` left runs
+    unfinished, 1 when a run failed."""
     if parallel <= 0:
         raise UserError(f"--parallel must be positive, got {parallel}")
     spec = study.open(spec)
@@ -97,7 +99,10 @@ def run_all(
         print(f"stopped by --max-minutes: {', '.join(paused)}; start the same command again to "
               "continue", file=sys.stderr)  # fmt: skip
         return STOPPED
-    return write_report(study)
+    # The report in a new process, as each scoring is: a study that ran for days reports with the
+    # code of now, not a mix of the modules it loaded at its start and those it would load now.
+    report = [*process.COMMAND, "study", "report", str(study.folder)]
+    return process.exit_status(subprocess.run(report, env=process.package_env()).returncode)
 
 
 def run_one(study: Study, run: Run, threads: int | None, max_minutes: float | None = None) -> int:
