@@ -460,6 +460,25 @@ def test_readme_hours_a_run_are_the_results_train_hours() -> None:
         assert row[column].strip() == expected, row[1]
 
 
+def test_readme_results_are_their_reports_figures() -> None:
+    """Each results row's BLEU (lowercased beside it), chrF and AER: mean ± sd of its variant in the
+    report of the study the row links, as `report.json` holds them."""
+    lines = (ROOT / "README.md").read_text("utf-8").splitlines()
+    rows = [line.split("|") for line in lines if line.startswith("| ") and "/report.md)" in line]
+    assert len(rows) == len(README_VARIANTS)
+    for row in rows:
+        folder = ROOT / re.search(r"\]\(([^)]+)/report\.md\)", row[-2])[1]
+        report = json.loads((folder / "report.json").read_text("utf-8"))
+        figures = report["variants"][README_VARIANTS[row[1].strip()]]
+
+        def cell(key: str, digits: int) -> str:
+            return f"{figures[key]['mean']:.{digits}f} ± {figures[key]['sd']:.{digits}f}"
+
+        lowercased = f"{figures['bleu_lowercase']['mean']:.2f}"
+        assert row[2].strip() == f"**{cell('bleu', 2)}** (lc {lowercased})", row[1]
+        assert (row[3].strip(), row[4].strip()) == (cell("chrf", 2), cell("aer", 4)), row[1]
+
+
 def test_each_committed_study_states_its_recipe() -> None:
     """The recipe's defaults follow the model and change with the code (seq2seq.recipes: the GRU's
     changed in 0.3.0); a committed study's runs must train again as they did, so every variant of
