@@ -470,13 +470,17 @@ def test_readme_results_are_their_reports_figures() -> None:
         folder = ROOT / re.search(r"\]\(([^)]+)/report\.md\)", row[-2])[1]
         report = json.loads((folder / "report.json").read_text("utf-8"))
         figures = report["variants"][README_VARIANTS[row[1].strip()]]
-
-        def cell(key: str, digits: int) -> str:
-            return f"{figures[key]['mean']:.{digits}f} ± {figures[key]['sd']:.{digits}f}"
-
+        bleu, chrf, aer = (
+            spread(figures[key], d) for key, d in (("bleu", 2), ("chrf", 2), ("aer", 4))
+        )
         lowercased = f"{figures['bleu_lowercase']['mean']:.2f}"
-        assert row[2].strip() == f"**{cell('bleu', 2)}** (lc {lowercased})", row[1]
-        assert (row[3].strip(), row[4].strip()) == (cell("chrf", 2), cell("aer", 4)), row[1]
+        assert row[2].strip() == f"**{bleu}** (lc {lowercased})", row[1]
+        assert (row[3].strip(), row[4].strip()) == (chrf, aer), row[1]
+
+
+def spread(figure: dict, digits: int) -> str:
+    """A report.json figure as the README prints it: mean ± sd."""
+    return f"{figure['mean']:.{digits}f} ± {figure['sd']:.{digits}f}"
 
 
 def test_each_committed_study_states_its_recipe() -> None:
