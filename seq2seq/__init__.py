@@ -4,7 +4,7 @@
 importing the package stays cheap.
 """
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 __all__ = ["Translator", "load_model"]
 
 

@@ -68,7 +68,8 @@ def per_model_fields(schema: Any) -> tuple[str, ...]:
 class ModelDefaults:
     """Base of a settings dataclass: each field declared with `option(None, ..., per_model={...})`
     and left None takes the value for the config's `model`; a part without a `model` field, or a
-    model kind not listed (refused later by `check_fields`), takes the first kind's value."""
+    model kind not listed (a kind the setting does not apply to, or one `check_fields` refuses
+    later), takes the first kind's value."""
 
     def __post_init__(self) -> None:
         model = getattr(self, "model", None)

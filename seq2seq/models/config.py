@@ -23,7 +23,9 @@ class ModelConfig(ModelDefaults):
         "rnn", "model: the Bahdanau GRU or the Transformer"
     )
     score: Literal["additive", "dot", "scaled"] = option("additive", "attention scorer (rnn)")
-    emb_size: int = option(256, "embedding size (rnn)", check="positive")
+    emb_size: int = option(
+        None, "embedding size (rnn)", check="positive", per_model=RECIPE["emb_size"]
+    )
     hidden_size: int = option(
         512, "GRU hidden size; the encoder gives each direction half (rnn)", check="positive"
     )

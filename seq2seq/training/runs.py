@@ -213,9 +213,9 @@ BEFORE_IT_EXISTED = {"word_dropout": 0.0}
 def check_same_recipe(cfg: Any, world_size: int, checkpoint: dict, path: Path) -> None:
     """Refuse to resume `checkpoint` with other values of the recipe's settings (`seq2seq.recipes`)
     than it trained with, whether given or defaulted: their defaults follow `model` and changed in
-    0.3.0, and a resumed run must go on as it began. `max_epochs` may change (a run can be given
-    more epochs); `batch_tokens`, which fixes the batch order, is `check_same_order`'s, and is named
-    here too when it changed with the others, so that one refusal names every flag to give."""
+    0.3.0 and 0.4.0, and a resumed run must go on as it began. `max_epochs` may change (a run can be
+    given more epochs); `batch_tokens`, which fixes the batch order, is `check_same_order`'s, and is
+    named here too when it changed with the others, so that one refusal names every flag to give."""
     saved = {
         **BEFORE_IT_EXISTED,
         **(checkpoint.get("hyper_parameters") or {}),
@@ -233,6 +233,6 @@ def check_same_recipe(cfg: Any, world_size: int, checkpoint: dict, path: Path) -
         raise UserError(
             f"{changed_message(path, [*order, *changed])}; resume with the same settings: a run "
             f"keeps its recipe (the defaults of {', '.join(first)} and {last} follow `model`, and "
-            "changed in seq2seq 0.3.0)"
+            "changed in seq2seq 0.3.0 and 0.4.0)"
         )
     check_same_order(cfg, world_size, checkpoint, path)

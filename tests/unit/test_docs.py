@@ -16,7 +16,8 @@ import torch
 
 from seq2seq.cli import as_flag, per_model_fields
 from seq2seq.commands import study as study_command
-from seq2seq.training.config import TrainConfig
+from seq2seq.recipes import RECIPE
+from seq2seq.training.config import TrainConfig, parse_args
 from tests.conftest import ROOT
 
 # The README, the guides and the write-ups of results (a study folder's report.md is the report's
@@ -494,11 +495,15 @@ def spread(figure: dict, digits: int) -> str:
 
 def test_each_committed_study_states_its_recipe() -> None:
     """The recipe's defaults follow the model and change with the code (seq2seq.recipes: the GRU's
-    changed in 0.3.0); a committed study's runs must train again as they did, so every variant of
-    every committed spec gives each recipe setting as a flag, in its own flags or the common ones."""
+    changed in 0.3.0 and 0.4.0); a committed study's runs must train again as they did, so every
+    variant of every committed spec gives each recipe setting of its model kind as a flag, in its
+    own flags or the common ones."""
     for path in sorted(ROOT.glob("docs/study*/study.json")):
         spec = json.loads(path.read_text("utf-8"))
         for name, flags in spec["variants"].items():
-            given = {word for word in [*spec.get("flags", []), *flags] if word.startswith("--")}
-            missing = [as_flag(f) for f in per_model_fields(TrainConfig) if as_flag(f) not in given]
+            words = [*spec.get("flags", []), *flags]
+            kind = parse_args(words).model
+            given = {word for word in words if word.startswith("--")}
+            needed = [as_flag(f) for f in per_model_fields(TrainConfig) if kind in RECIPE[f]]
+            missing = [flag for flag in needed if flag not in given]
             assert not missing, f"{path.parent.name}, variant {name}: no {', '.join(missing)}"

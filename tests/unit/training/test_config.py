@@ -9,7 +9,7 @@ from seq2seq.decoding.flags import decoding_parser, search_config
 from seq2seq.errors import UserError
 from seq2seq.models.build import build_model, model_args_from, model_keys
 from seq2seq.models.config import ModelConfig
-from seq2seq.recipes import CLASSIC_RNN, RECIPES
+from seq2seq.recipes import CLASSIC_RNN, RECIPES, RNN_0_3
 from seq2seq.training.config import (
     OptimConfig,
     RunConfig,
@@ -27,7 +27,10 @@ def test_defaults_need_no_flags() -> None:
     assert cfg.name == "rnn-additive"
 
 
-@pytest.mark.parametrize("name", per_model_fields(TrainConfig))
+SHARED = [name for name in per_model_fields(TrainConfig) if name in RECIPES["transformer"]]
+
+
+@pytest.mark.parametrize("name", SHARED)
 def test_a_recipe_setting_defaults_per_model_unless_given(name: str, tmp_path) -> None:
     flag = "--" + name.replace("_", "-")
     rnn, transformer = RECIPES["rnn"][name], RECIPES["transformer"][name]
@@ -50,15 +53,31 @@ def test_a_recipe_setting_defaults_per_model_unless_given(name: str, tmp_path) -
     assert getattr(owner(), name) == rnn
 
 
-def test_the_gru_recipe_before_the_search_is_the_flag_set_the_readme_gives() -> None:
-    """Every recipe setting of the GRU changed with the search, and README's Train line for the
-    recipe before it parses to that recipe, `CLASSIC_RNN`."""
+def test_the_gru_only_recipe_setting_follows_the_gru_and_means_nothing_to_the_transformer() -> None:
+    """`--emb-size` is the GRU's (0.4.0: 512); the Transformer's width is `--d-model`, and its model
+    takes no embedding size, given or not."""
+    assert [n for n in per_model_fields(TrainConfig) if n not in SHARED] == ["emb_size"]
+    assert parse_args([]).emb_size == RECIPES["rnn"]["emb_size"] == 512
+    assert parse_args(["--emb-size", "256"]).emb_size == 256
+    for flags in (["--model", "transformer"], ["--model", "transformer", "--emb-size", "64"]):
+        assert "emb_size" not in model_args_from(parse_args(flags), vocab_size=100)
+    assert model_args_from(parse_args([]), vocab_size=100)["emb_size"] == 512
+
+
+@pytest.mark.parametrize(
+    ("comment", "recipe"),
+    [("# the GRU's recipe before 0.3.0", CLASSIC_RNN), ("# the GRU's recipe of 0.3.0", RNN_0_3)],
+)
+def test_the_gru_recipes_before_are_the_flag_sets_the_readme_gives(comment, recipe) -> None:
+    """Each recipe setting of the GRU changed with the search or after it, and README's Train line
+    for each earlier recipe parses to it: `CLASSIC_RNN` (0.2), `RNN_0_3` (`--emb-size 256`)."""
     changed = {name for name in CLASSIC_RNN if RECIPES["rnn"][name] != CLASSIC_RNN[name]}
     assert changed == set(per_model_fields(TrainConfig))
+    assert {name for name in RNN_0_3 if RECIPES["rnn"][name] != RNN_0_3[name]} == {"emb_size"}
     readme = (ROOT / "README.md").read_text("utf-8").splitlines()
-    [line] = [line for line in readme if line.endswith("# the GRU's recipe before 0.3.0")]
+    [line] = [line for line in readme if line.endswith(comment)]
     flags = shlex.split(line.split("#")[0])[2:]  # after `python scripts/train.py`
-    assert parse_args(flags) == TrainConfig(**CLASSIC_RNN, score="additive")
+    assert parse_args(flags) == TrainConfig(**recipe, score="additive")
 
 
 def test_every_field_has_a_flag_with_its_default_in_help() -> None:
@@ -69,8 +88,9 @@ def test_every_field_has_a_flag_with_its_default_in_help() -> None:
     # A default that depends on the model is given for each, not shown as None.
     flat = " ".join(text.split())
     for name in per_model_fields(TrainConfig):
-        each = f"{RECIPES['rnn'][name]} for rnn, {RECIPES['transformer'][name]} for transformer"
+        each = ", ".join(f"{v[name]} for {kind}" for kind, v in RECIPES.items() if name in v)
         assert f"(default: {each})" in flat and f"{each}) (default" not in flat
+    assert "(default: 512 for rnn)" in flat
 
 
 def test_flags_override_yaml_which_overrides_defaults(tmp_path) -> None:

@@ -14,7 +14,7 @@ from seq2seq.checkpoint import atomic_save
 from seq2seq.cli import cli_message, part
 from seq2seq.data.datamodule import TranslationDataModule, order_settings
 from seq2seq.errors import UserError
-from seq2seq.recipes import CLASSIC_RNN
+from seq2seq.recipes import CLASSIC_RNN, RNN_0_3
 from seq2seq.training.config import OptimConfig, TrainConfig
 from seq2seq.training.runs import remove_stale_temporaries
 
@@ -73,23 +73,31 @@ def saved_run(cfg: TrainConfig) -> dict:
     module's state."""
     return {
         "hyper_parameters": {**dataclasses.asdict(part(cfg, OptimConfig)), "corpus": None},
-        "model_args": {"kind": cfg.model, "dropout": cfg.dropout, "vocab_size": 100},
+        "model_args": {
+            "kind": cfg.model,
+            "dropout": cfg.dropout,
+            "emb_size": cfg.emb_size,
+            "vocab_size": 100,
+        },  # fmt: skip
         TranslationDataModule.__qualname__: {"order": order_settings(cfg, 1)},
     }
 
 
 def test_a_resume_keeps_the_recipe_it_trained_with(tmp_path: Path) -> None:
     """A run of the recipe before 0.3.0, resumed with no recipe flags, is refused with every flag
-    it needs; given them, or more epochs, it resumes."""
+    it needs; given them, or more epochs, it resumes. A run of 0.3.0's needs `--emb-size 256`."""
     old = TrainConfig(**CLASSIC_RNN)
     checkpoint, path = saved_run(old), tmp_path / "last.ckpt"
     with pytest.raises(UserError) as refused:
         runs.check_same_recipe(TrainConfig(), 1, checkpoint, path)
     message = cli_message(refused.value)
     assert message.startswith(
-        f"{path}: trained with --batch-tokens 2048, --dropout 0.3, --lr 0.001, --word-dropout 0.0 "
-        "(now 4096, 0.5, 0.002, 0.1); resume with the same settings"
+        f"{path}: trained with --batch-tokens 2048, --emb-size 256, --dropout 0.3, --lr 0.001, "
+        "--word-dropout 0.0 (now 4096, 512, 0.5, 0.002, 0.1); resume with the same settings"
     )
+    with pytest.raises(UserError, match=r"trained with `emb_size` 256 \(now 512\);"):
+        runs.check_same_recipe(TrainConfig(), 1, saved_run(TrainConfig(**RNN_0_3)), path)
+    runs.check_same_recipe(TrainConfig(**RNN_0_3), 1, saved_run(TrainConfig(**RNN_0_3)), path)
     runs.check_same_recipe(old, 1, checkpoint, path)
     runs.check_same_recipe(dataclasses.replace(old, max_epochs=40), 1, checkpoint, path)
     # One setting alone is named alone; the batch order's own check still speaks for its flags.
