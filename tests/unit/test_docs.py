@@ -429,12 +429,13 @@ def test_a_study_the_readme_says_pins_the_precision_does() -> None:
 
 
 README_VARIANTS = {  # results row -> its variant in the study the row links
-    "GRU, additive (default)": "gru-reg",
+    "GRU, additive, 0.3": "gru-reg",
     "GRU, additive, 0.2": "additive",
     "GRU, dot, 0.2": "dot",
     "GRU, scaled, 0.2": "scaled",
     "Transformer": "transformer",
-    "GRU, additive (default), en->de": "gru-reg",
+    "GRU, additive (default), en->de": "gru-emb512",
+    "GRU, additive, en->de, 0.3": "gru-reg",
     "GRU, additive, en->de, 0.2": "gru-additive",
     "Transformer, en->de": "transformer",
 }
