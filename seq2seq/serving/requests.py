@@ -203,8 +203,9 @@ def translate_request(body: dict[str, Any], limits: Limits, names: list[str]) ->
     """Check a /api/translate body; `names` are the models this server has."""
     _known_fields(body, {"sentences", "beam", "nbest", "alignments", "attention", "models"})
     sentences, notes = _sentences(body, "sentences", limits)
-    beam = _integer(body, "beam", 5, limits.max_beam)
-    nbest = _integer(body, "nbest", 1, limits.max_beam)
+    # Defaults from SearchConfig, the one home of the search defaults.
+    beam = _integer(body, "beam", SearchConfig.beam, limits.max_beam)
+    nbest = _integer(body, "nbest", SearchConfig.nbest, limits.max_beam)
     if nbest > beam:
         raise RequestError(422, f"nbest ({nbest}) must not exceed beam ({beam})")
     alignments = body.get("alignments", True)
