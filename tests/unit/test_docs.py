@@ -429,6 +429,7 @@ def test_a_study_the_readme_says_pins_the_precision_does() -> None:
 
 
 README_VARIANTS = {  # results row -> its variant in the study the row links
+    "GRU, additive (default)": "gru-emb512",
     "GRU, additive, 0.3": "gru-reg",
     "GRU, additive, 0.2": "additive",
     "GRU, dot, 0.2": "dot",
