@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from seq2seq.atomic import atomic_write_text
 from seq2seq.cli import Parser
 from seq2seq.data.corpus import resolve_corpus
 from seq2seq.errors import UserError
@@ -228,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(("load average at the end", _load()))
     if args.json:
         figures["loadavg_end"] = os.getloadavg()
-        Path(args.json).write_text(json.dumps(figures, indent=2))
+        atomic_write_text(args.json, json.dumps(figures, indent=2))  # never a torn file
     width = max(len(k) for k, _ in rows)
     print("\n".join(f"{k:<{width}}  {v}" for k, v in rows))
     return 0
