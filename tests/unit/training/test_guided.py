@@ -336,7 +336,7 @@ def test_silver_alignments_writes_the_training_split_for_guidance(
         rev = [{(0, 0)}, {(0, 0), (1, 1), (1, 2)}]
         return fwd, rev
 
-    monkeypatch.setattr(silver, "align_both_ways", align_both_ways)
+    monkeypatch.setattr("seq2seq.alignment.silver.align_both_ways", align_both_ways)
     common = ["--split", "train", "--train-src", str(tmp_path / "train.de"),
               "--train-tgt", str(tmp_path / "train.en")]  # fmt: skip
     out = tmp_path / "both.align"

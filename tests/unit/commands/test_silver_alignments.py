@@ -1,0 +1,44 @@
+"""`seq2seq silver-alignments` writes what seq2seq.alignment.silver returns, whole or not at all
+(a stand-in aligner: eflomal is optional)."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from seq2seq.commands import silver_alignments
+
+
+@pytest.fixture
+def split(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Flags for a two-pair training split whose stand-in links are 0-0 in each pair."""
+    for lang, lines in (("de", ["ein hund", "zwei hunde"]), ("en", ["a dog", "two dogs"])):
+        (tmp_path / f"train.{lang}").write_text("".join(x + "\n" for x in lines), "utf-8")
+    links = [{(0, 0)}, {(0, 0)}]
+    monkeypatch.setattr("seq2seq.alignment.silver.align_both_ways", lambda s, t: (links, links))
+    return ["--split", "train", "--train-src", str(tmp_path / "train.de"),
+            "--train-tgt", str(tmp_path / "train.en")]  # fmt: skip
+
+
+def test_the_links_file_is_written_and_summed_up(split: list[str], tmp_path: Path, capsys) -> None:
+    out = tmp_path / "links.align"
+    assert silver_alignments.main([*split, "--out", str(out)]) == 0
+    assert out.read_text("utf-8") == "0-0\n0-0\n"
+    assert capsys.readouterr().err.startswith(f"{out}: 2 lines, 1.00 links per sentence, 0 extra")
+
+
+def test_a_write_that_fails_before_its_fsync_leaves_the_old_file_and_no_temporary(
+    split: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    out = tmp_path / "links.align"
+    out.write_text("the old links\n", "utf-8")
+
+    def full_disk(fd: int) -> None:
+        raise OSError(28, os.strerror(28))
+
+    monkeypatch.setattr(os, "fsync", full_disk)  # seq2seq.atomic fsyncs before it renames
+    assert silver_alignments.main([*split, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: --out {out}: cannot write ({os.strerror(28)})"
+    assert out.read_text("utf-8") == "the old links\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["links.align", "train.de", "train.en"]
