@@ -41,6 +41,14 @@ def cpu_info() -> dict:
     }
 
 
+def cores() -> int:
+    """The cores this process may use (a SLURM allocation's, a `taskset`'s); all of the machine's
+    where that is unknown (macOS has no affinity)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def cpu_line() -> str:
     """One line of what a speed depends on: "AMD EPYC, 2 cores, AVX2"."""
     return f"{cpu_model()}, {os.cpu_count()} cores, {torch.backends.cpu.get_cpu_capability()}"

@@ -68,6 +68,7 @@ from seq2seq.data.tokenizer import (
     tokenizer_path,
 )
 from seq2seq.errors import UserError
+from seq2seq.machine import cores
 
 FORMAT = 1  # bumped when the folder layout changes, so old caches are not read
 
@@ -120,7 +121,7 @@ def prepare(
         tokenizer = _tokenizer(cfg, source, names["train"], key, chunk_size, building)
         for role, split in names.items():
             path = _split_path(cfg, source, split, tokenizer)
-            workers = (cfg.prepare_workers or _cores()) if role == "train" else 1
+            workers = (cfg.prepare_workers or cores()) if role == "train" else 1
             if path.exists():  # whole, or damaged: built again
                 try:
                     read_meta(path)
@@ -359,13 +360,6 @@ def _cpu() -> float:
     """CPU seconds of this process and of its children that have ended (encoding workers)."""
     usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     return sum(u.ru_utime + u.ru_stime for u in usage)
-
-
-def _cores() -> int:
-    """The cores this process may use (a SLURM allocation's); all of them where that is unknown."""
-    if hasattr(os, "sched_getaffinity"):  # not on macOS
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def _safe(name: str) -> str:

@@ -7,7 +7,6 @@ is a `seq2seq study report` child: a study that runs for days reports with the c
 function returns the exit status the command ends with (0 done, 1 a run failed, 2 bad input, 4 stopped).
 """
 
-import os
 import shlex
 import signal
 import subprocess
@@ -15,6 +14,7 @@ import sys
 import time
 
 from seq2seq.errors import STOPPED, Stopped, UserError
+from seq2seq.machine import cores
 from seq2seq.signals import STOPS, forwarding, handling
 from seq2seq.study import process
 from seq2seq.study.layout import Study
@@ -51,7 +51,7 @@ def run_all(
     if parallel <= 0:
         raise UserError(f"--parallel must be positive, got {parallel}")
     spec = study.open(spec)
-    threads = threads or max(1, (os.cpu_count() or 1) // parallel)
+    threads = threads or max(1, cores() // parallel)  # the job's cores, not the host's
     todo = [run for run in spec.runs() if study.state(run) != "done"]
     print(
         f"study {study.folder}: {len(spec.runs()) - len(todo)} of {len(spec.runs())} runs done; "
@@ -112,7 +112,7 @@ def run_one(study: Study, run: Run, threads: int | None, max_minutes: float | No
     budget = process.Budget(max_minutes)  # from now: the wait for the lock counts too
     spec = study.load_spec()
     check_run(spec, run)
-    threads = threads or os.cpu_count() or 1
+    threads = threads or cores()
     children: list[subprocess.Popen] = []
     stops: list[int] = []
 

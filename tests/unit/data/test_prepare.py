@@ -148,5 +148,9 @@ def test_training_reads_rows_without_mapping_the_split(
 
 
 def test_cores_fall_back_to_the_cpu_count_without_affinity(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delattr(prep.os, "sched_getaffinity", raising=False)  # as on macOS
-    assert prep._cores() == (os.cpu_count() or 1)
+    from seq2seq.machine import cores
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {1, 3}, raising=False)  # taskset
+    assert cores() == 2
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)  # as on macOS
+    assert cores() == (os.cpu_count() or 1)

@@ -6,6 +6,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from seq2seq.study import process
 from seq2seq.study.layout import Study
 from seq2seq.study.spec import Run
@@ -37,3 +39,34 @@ def test_a_sitting_whose_time_is_spent_neither_trains_nor_scores(tmp_path, capsy
         "a-seed1: --max-minutes 0.001 spent: trained, scored at the next start\n"
     )
     assert process.Budget(None).left() is None and not process.Budget(None).spent()
+
+
+def test_runs_share_the_cores_the_job_may_use_not_the_hosts(tmp_path, monkeypatch, capsys):
+    """An array task allocated 2 of a host's 64 cores: 2 threads for one run, 1 each for two."""
+    from seq2seq.commands import study as study_script
+    from seq2seq.study import scheduler
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {4, 5}, raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 64)
+    folder, work = tmp_path / "study", tmp_path / "work"
+    spec = ["--variant", "a", "--score additive", "--seeds", "1"]
+    assert study_script.main(["commands", str(folder), "--work-dir", str(work), *spec]) == 0
+    study, threads = Study(folder, work), []
+
+    class NotStarted(Exception):
+        pass
+
+    def one_command(study, run, count, max_minutes=None):  # the run's command: never started
+        threads.append(count)
+        raise NotStarted
+
+    def train_and_score(study, spec, run, count, *rest):
+        threads.append(count)
+        return 0
+
+    monkeypatch.setattr(scheduler, "one_command", one_command)
+    with pytest.raises(NotStarted):
+        scheduler.run_all(study, None, parallel=2, threads=None)
+    monkeypatch.setattr(scheduler, "train_and_score", train_and_score)
+    assert scheduler.run_one(study, Run("a", 1), threads=None) == 0
+    assert threads == [1, 2]
