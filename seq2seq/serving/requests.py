@@ -34,7 +34,11 @@ class Limits:
     max_batch: int = _limit(32, "sentences in one request, and in one batch of the model")
     max_queue: int = _limit(256, "sentences waiting per model; a request past it gets 503 busy")
     max_chars: int = _limit(1000, "characters read of a sentence or reference; the rest is cut")
-    max_beam: int = _limit(16, "the largest beam (and n-best) a request may ask for")
+    max_beam: int = _limit(
+        16,
+        "the largest beam (and n-best) a request may ask for; a request that names no beam gets "
+        f"the search's default, {SearchConfig.beam}, or this if it is smaller",
+    )
     max_work: int = _limit(
         3000,
         "work one request may cost, in milliseconds of one thread of the CPU the estimate was "
@@ -203,9 +207,10 @@ def translate_request(body: dict[str, Any], limits: Limits, names: list[str]) ->
     """Check a /api/translate body; `names` are the models this server has."""
     _known_fields(body, {"sentences", "beam", "nbest", "alignments", "attention", "models"})
     sentences, notes = _sentences(body, "sentences", limits)
-    # Defaults from SearchConfig, the one home of the search defaults.
-    beam = _integer(body, "beam", SearchConfig.beam, limits.max_beam)
-    nbest = _integer(body, "nbest", SearchConfig.nbest, limits.max_beam)
+    # Defaults from SearchConfig, the one home of the search defaults, within what this server
+    # allows: a client that names no beam is not refused for one it never sent.
+    beam = _integer(body, "beam", min(SearchConfig.beam, limits.max_beam), limits.max_beam)
+    nbest = _integer(body, "nbest", min(SearchConfig.nbest, beam), limits.max_beam)
     if nbest > beam:
         raise RequestError(422, f"nbest ({nbest}) must not exceed beam ({beam})")
     alignments = body.get("alignments", True)
