@@ -23,10 +23,22 @@ cost stays within `max_cost` (the budget of one request), so many small requests
 call longer than the largest request the server takes. A request whose caller gave up (`abandon`)
 is dropped from the queue unrun.
 
+The batchers of a server run their batches on one thread (seq2seq.serving.server's TorchThread), so
+they share one `Turns`: a worker takes its batch only once it has the turn, and runs it at once. A
+model's jobs wait in its queue while another model's batch runs, and count as queued all that time:
+a batch's clock starts when it starts running, later jobs with its key can still join it, and a
+job that waited `max_seconds` for its turn is refused unrun, as one that waited behind its own
+model's batches is. (When the worker took its batch first and then waited for the thread, the
+batch's `max_seconds` counted the other model's run too: a request for two models, each in time
+alone, was stopped partway with its work thrown away.) Turns go first come, first served, so no
+model waits behind another's steady traffic for more than one batch a model.
+
 A running batch cannot be interrupted from outside, so `run` gets a `check` to call between the
 model's steps: it raises `Stopped` once the batch has run `max_seconds` (TimedOut), once every job
 in it has been abandoned (Abandoned), or once the server is shutting down (ShuttingDown). `stop`
 refuses every queued job at once with ShuttingDown and makes the running batch's next check end it.
+A job is thus answered within about twice `max_seconds` of being queued: at most that long waiting
+(in the queue and for the turn), at most that long running.
 """
 
 import threading
@@ -45,6 +57,27 @@ Run = Callable[[Hashable, list[Any], Check], list[Any]]
 # A batch that would be smaller than the one before waits for more requests, at most this fraction
 # of the time the one before took (see the module docstring).
 LINGER = 0.25
+
+
+class Turns:
+    """One batch at a time among the batchers that share this, in the order they asked: a context
+    manager that waits for its turn (a ticket lock; a plain Lock lets a worker that just let go take
+    it again ahead of one that has waited)."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._next = self._serving = 0  # the next ticket given out; the ticket whose turn it is
+
+    def __enter__(self) -> None:
+        with self._changed:
+            ticket, self._next = self._next, self._next + 1
+            while self._serving != ticket:
+                self._changed.wait()
+
+    def __exit__(self, *exc: object) -> None:
+        with self._changed:
+            self._serving += 1
+            self._changed.notify_all()
 
 
 class Busy(Exception):
@@ -91,19 +124,23 @@ class Batcher:
         max_cost: the most one batch may cost (summed over its jobs); a job may cost no more.
             None: no bound.
         max_queue_work: the most `Cost.work` waiting; None: no bound.
-        max_seconds: how long one batch may run before its `check` raises TimedOut, and how long
-            a job may wait in the queue before it is refused with TimedOut unrun.
+        max_seconds: how long one batch may run, from when it starts, before its `check` raises
+            TimedOut; and how long a job may wait in the queue (for its turn included) before it
+            is refused with TimedOut unrun.
+        turns: shared by the batchers whose `run`s share one thread (module docstring); None:
+            this batcher's own.
     """
 
     def __init__(
         self, run: Run, max_batch: int, max_queue: int, name: str = "batcher",
         max_cost: Cost | None = None, max_queue_work: int | None = None,
-        max_seconds: float = float("inf"),
+        max_seconds: float = float("inf"), turns: Turns | None = None,
     ) -> None:  # fmt: skip
         if not 1 <= max_batch <= max_queue:
             raise ValueError(f"need 1 <= max_batch <= max_queue, got {max_batch}, {max_queue}")
         self.run, self.max_batch, self.max_queue = run, max_batch, max_queue
         self.max_cost, self.max_queue_work, self.max_seconds = max_cost, max_queue_work, max_seconds
+        self._turns = turns or Turns()
         self._jobs: list[Job] = []  # oldest first
         self._queued = 0  # items in self._jobs
         self._queued_work = 0  # their summed Cost.work
@@ -198,21 +235,22 @@ class Batcher:
                     if left <= 0:
                         break
                     self._changed.wait(left)
-                batch = self._take()
-            if batch:
-                start = time.monotonic()
+            with self._turns:  # the thread is this model's: what is taken now runs at once
                 with self._changed:
-                    self._running = batch
-                self._run(batch, start)
-                with self._changed:
-                    self._running = []
-                last_size = sum(len(job.items) for job in batch)
-                last_seconds = time.monotonic() - start
+                    batch = self._running = self._take()
+                if batch:
+                    start = time.monotonic()  # the batch's max_seconds count from here
+                    self._run(batch, start)
+                    with self._changed:
+                        self._running = []
+                    last_size = sum(len(job.items) for job in batch)
+                    last_seconds = time.monotonic() - start
 
     def _take(self) -> list[Job]:
         """Remove and return the oldest job and the later ones with its key, up to `max_batch`
         items and `max_cost`; jobs cancelled while they waited are removed and left out, and
-        those that waited past `max_seconds` are refused. Holds the lock."""
+        those that waited past `max_seconds` (for the turn included) are refused. Holds the lock
+        and the turn."""
         now, expired, waiting = time.monotonic(), [], []
         for job in self._jobs:  # waited past max_seconds: refused rather than run late
             (expired if now - job.since > self.max_seconds else waiting).append(job)

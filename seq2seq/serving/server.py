@@ -17,7 +17,9 @@ seq2seq.serving.budget, is refused before it is queued) and 503 when a model's q
 no answer carries CORS headers unless `allow_origins` names the page's origin. An error of the
 server's own is logged with its traceback under a request id, and answered with 500 and that id
 only. Each model has its own queue: a request for three models is three jobs, answered when the
-last is done. A client that disconnects while its request waits takes its jobs out of the queues.
+last is done; while one model's batch runs, the others' jobs wait in their queues, so a batch's
+`--max-seconds` count from when it starts to run (seq2seq.serving.batcher). A client that
+disconnects while its request waits takes its jobs out of the queues.
 The answer is written (seq2seq.serving.answers) in a worker thread, not on the event loop.
 
 Every torch call of the server (loading the checkpoints, every batch of every model) runs on one
@@ -51,7 +53,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from seq2seq.decoding.translator import Translator
 from seq2seq.serving.answers import encode_answer, release_memory, run_batch
-from seq2seq.serving.batcher import Batcher, Busy, Check, Stopped
+from seq2seq.serving.batcher import Batcher, Busy, Check, Stopped, Turns
 from seq2seq.serving.budget import MB, MS, Cost, align_costs, check_cost, translate_costs
 from seq2seq.serving.hosts import HostCheck, known_names
 from seq2seq.serving.requests import (
@@ -72,13 +74,15 @@ log = logging.getLogger(__name__)
 class TorchThread:
     """The one thread that runs the server's torch calls (the module docstring says why). Calls
     from any thread wait for their turn; one call runs at a time, so the models of a server take
-    turns (on a CPU they share the same cores anyway), and `warnings.catch_warnings`, which swaps
+    turns (on a CPU they share the same cores anyway; their batchers share its `turns`, so a batch
+    leaves its queue only when it can run at once), and `warnings.catch_warnings`, which swaps
     process-wide state and is not thread-safe before Python 3.14, is only used from here. The
     thread is a daemon: a process that stops does not wait for a call with no check in it (a long
     source being encoded on a busy machine) beyond `close`'s timeout."""
 
     def __init__(self) -> None:
         self._calls: queue.SimpleQueue = queue.SimpleQueue()  # (future, fn, args), None: stop
+        self.turns = Turns()  # the batchers whose batches run here take it before taking one
         self._thread = threading.Thread(target=self._serve, name="torch", daemon=True)
         self._thread.start()
 
@@ -144,7 +148,7 @@ def build_app(
         name: ServedModel(name, translator, Batcher(
             partial(run, translator), limits.max_batch, limits.max_queue, name=f"serve-{name}",
             max_cost=budget, max_queue_work=limits.max_queue_work * MS,
-            max_seconds=limits.max_seconds,
+            max_seconds=limits.max_seconds, turns=runner.turns,
         ))
         for name, translator in translators.items()
     }  # fmt: skip

@@ -3,7 +3,8 @@ adversarial text, output caps, clients that leave mid-batch, the Host check and 
 process (the bounds and the stop without a model: tests/unit/serving/test_serve_guards.py).
 
 Nothing here measures time: work is counted (the model's steps, through the `check` every search
-step calls) and states are waited for (gates, markers); every wait has a deadline.
+step calls) and states are waited for (gates, markers); every wait has a deadline. The one test of
+`--max-seconds` holds each model for a set time, with margins of a third of a deadline or more.
 """
 
 import gc
@@ -142,6 +143,38 @@ def test_batch_whose_clients_all_left_is_cancelled(loaded: Translator) -> None:
         assert isinstance(ended.result(30), Abandoned)
         model.translate = Translator.translate.__get__(model)  # serve normally from now on
         assert call(base, "/api/translate", {"sentences": ["Ein Hund"]})[0] == 200
+
+
+def test_request_for_two_models_each_in_time_alone_is_answered(loaded: Translator) -> None:
+    """Two models, each searching for over half of --max-seconds: one thread runs both, so the
+    second model's batch waits for the first's. Its --max-seconds count from when it starts to
+    run, so the request for both is answered (it was stopped with 503 "ran past" when they counted
+    from when its worker took it, before the wait)."""
+    most = 1.2  # --max-seconds
+    runs: list[str] = []
+
+    class Slow(Translator):
+        def __init__(self, name: str) -> None:
+            super().__init__(loaded.model, loaded.tokenizer)
+            self.name = name
+
+        def translate(self, *args: Any, check: Any = None, **kwargs: Any) -> Any:
+            runs.append(self.name)
+            end = time.monotonic() + 0.6 * most
+            while time.monotonic() < end:  # a search's steps, one check each
+                check()
+                time.sleep(0.01)
+            return super().translate(*args, check=check, **kwargs)
+
+    models = {name: Slow(name) for name in ("first", "second")}
+    body = {"sentences": ["Ein Hund läuft im Park"], "beam": 2}
+    with live_server(models, Limits(max_seconds=most)) as base:
+        for name in models:  # each alone, in time
+            assert call(base, "/api/translate", {**body, "models": [name]})[0] == 200
+        status, answer = call(base, "/api/translate", body)  # both: the page's default
+    assert status == 200, answer
+    assert list(answer["results"]) == ["first", "second"]
+    assert sorted(runs[2:]) == ["first", "second"]  # each ran once, to its end, in either order
 
 
 def test_foreign_host_gets_a_one_line_400(loaded: Translator) -> None:

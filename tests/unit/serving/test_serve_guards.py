@@ -1,18 +1,22 @@
 """The server's guards without a model: batches and queues bounded in work, a batch past its
-deadline, the Host names and a stop that refuses queued jobs (against what an attacker sends, on
+deadline, batchers that share one thread taking turns, the Host names and a stop that refuses
+queued jobs (against what an attacker sends, on
 the trained tiny checkpoint, and SIGTERM to a server process: tests/e2e/test_serve_guards.py).
 
 Nothing here measures time: work is counted (the model's steps, through the `check` every search
-step calls) and states are waited for (gates, markers); every wait has a deadline.
+step calls) and states are waited for (gates, markers); every wait has a deadline. The deadlines
+under test are in seconds, so those tests hold a batch for a set time, with margins of a third of
+a deadline or more either side.
 """
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
-from seq2seq.serving.batcher import Batcher, Busy, ShuttingDown, TimedOut
+from seq2seq.serving.batcher import Batcher, Busy, ShuttingDown, TimedOut, Turns
 from seq2seq.serving.budget import Cost
 from seq2seq.serving.hosts import host_name, known_names
 from tests.unit.serving.test_serve import wait_until
@@ -84,6 +88,83 @@ def test_batch_past_its_deadline_ends_at_its_next_step_and_queued_jobs_expire() 
             second.result(20)
     finally:
         batcher.close()
+
+
+def test_batchers_sharing_a_thread_take_turns_and_a_batch_gets_its_seconds_when_it_runs() -> None:
+    """Two models' batches run on one thread, as the server's do. While the first model's batch
+    runs, the second's jobs stay queued (and go into one batch). That batch then runs for most of
+    max_seconds and is answered, though it was queued most of max_seconds before: the time it
+    waited for the thread is queue time, not its own. A job that waits for its turn past
+    max_seconds is refused unrun."""
+    most = 1.2  # max_seconds
+    thread = ThreadPoolExecutor(1)  # every batch of both models runs here
+    gate, entered, calls = threading.Event(), threading.Event(), []
+
+    def held(key: Any, items: list[Any], check: Any) -> list[Any]:  # the first model
+        calls.append(("first", items))
+        entered.set()
+        assert gate.wait(20)  # no check while held: it is answered whenever the gate opens
+        return items
+
+    def steps(key: Any, items: list[Any], check: Any) -> list[Any]:  # the second: a search
+        calls.append(("second", items))
+        end = time.monotonic() + most / 2
+        while time.monotonic() < end:  # one check a step, for half of max_seconds
+            check()
+            time.sleep(0.01)
+        return items
+
+    def on_thread(work: Any) -> Any:
+        return lambda key, items, check: thread.submit(work, key, items, check).result()
+
+    turns = Turns()
+    first = Batcher(on_thread(held), 4, 8, max_seconds=most, turns=turns)
+    second = Batcher(on_thread(steps), 4, 8, max_seconds=most, turns=turns)
+    try:
+        a = first.submit("k", ["a"])
+        assert entered.wait(20)
+        b, c = second.submit("k", ["b"]), second.submit("k", ["c"])
+        time.sleep(most / 2)  # b and c wait half of max_seconds for the first model's batch
+        assert second.queued == 2  # neither taken while the thread is the first model's
+        gate.set()
+        assert a.result(20) == ["a"]
+        assert b.result(20) == ["b"] and c.result(20) == ["c"]  # ran another half: answered
+        assert calls == [("first", ["a"]), ("second", ["b", "c"])]
+        gate.clear()
+        entered.clear()
+        a = first.submit("k", ["a"])
+        assert entered.wait(20)
+        late = second.submit("k", ["d"])
+        time.sleep(most + 0.3)  # d waits past max_seconds for its turn
+        gate.set()
+        assert a.result(20) == ["a"]
+        with pytest.raises(TimedOut, match=f"waited past {most:g} s"):
+            late.result(20)
+        assert calls[2:] == [("first", ["a"])]  # d was never run
+    finally:
+        gate.set()
+        first.close()
+        second.close()
+        thread.shutdown()
+
+
+def test_turns_go_in_the_order_asked() -> None:
+    """A worker that lets go of the turn and asks again at once goes after the one already
+    waiting (a plain Lock would most often give it straight back)."""
+    turns, order = Turns(), []
+
+    def take() -> None:
+        with turns:
+            order.append("waiting")
+
+    with turns:
+        worker = threading.Thread(target=take)
+        worker.start()
+        wait_until(lambda: turns._next == 2)  # the worker has its ticket
+    with turns:  # let go, and ask again at once
+        order.append("again")
+    worker.join(20)
+    assert order == ["waiting", "again"]
 
 
 def test_host_names() -> None:
