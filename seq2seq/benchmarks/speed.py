@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 from seq2seq.atomic import atomic_write_text
+from seq2seq.benchmarks.reference import reference_loss
 from seq2seq.cli import Parser, cli_message
 from seq2seq.data.batching import collate
 from seq2seq.decoding.flags import pick_device
@@ -37,7 +38,6 @@ from seq2seq.errors import UserError
 from seq2seq.machine import cpu_info
 from seq2seq.models.build import build_model, model_args_from
 from seq2seq.models.kernels import accelerate
-from seq2seq.models.reference import reference_loss
 from seq2seq.training.config import TrainConfig, parse_args
 from seq2seq.training.losses import batch_loss
 from seq2seq.training.system import adam
@@ -186,10 +186,13 @@ def make_paths(cfg: TrainConfig, names: list[str], device: torch.device) -> tupl
     on = lambda batches: [{k: v.to(device) for k, v in b.items()} for b in batches]  # noqa: E731
     fast = on(dm.train_dataloader())
     size = max(1, round(len(train) / len(fast)))  # textbook batches: as many per epoch
-    needed = cfg.model == "rnn" and any(PATHS[k].textbook for k in names)
+    # The GRU's paths; the reference (`reference_loss`) writes out the `bahdanau` decoder alone.
+    names = [k for k in names if cfg.model == "rnn" or not PATHS[k].for_gru_only]
+    names = [k for k in names if cfg.decoder == "bahdanau" or not PATHS[k].textbook]
+    needed = any(PATHS[k].textbook for k in names)
     textbook = on(textbook_loader(train, size, cfg.max_len, cfg.seed)) if needed else []
     paths = {k: Path(PATHS[k], model_args, textbook if PATHS[k].textbook else fast, cfg)
-             for k in names if cfg.model == "rnn" or not PATHS[k].for_gru_only}  # fmt: skip
+             for k in names}  # fmt: skip
     return dm, model_args, paths
 
 

@@ -3,7 +3,8 @@
 `TransformerSeq2Seq` (`seq2seq.models.build.model_args_from` takes the ones a model kind accepts).
 
 Each setting is stated here once, with its help and its range; `seq2seq.training.config.TrainConfig`
-is the union of this and the other layers' settings, so the flags stay flat.
+is the union of this and the other layers' settings, so the flags stay flat. The names `--score` and
+`--decoder` offer are the keys of the models' own tables (`SCORERS`, `DECODERS`), not a second list.
 """
 
 from dataclasses import dataclass
@@ -11,6 +12,8 @@ from typing import Literal
 
 from seq2seq.cli import ModelDefaults, option
 from seq2seq.errors import UserError
+from seq2seq.models.attention import SCORERS
+from seq2seq.models.rnn import DECODERS
 from seq2seq.models.transformer_layers import POSITIONS
 from seq2seq.recipes import RECIPE
 
@@ -22,7 +25,12 @@ class ModelConfig(ModelDefaults):
     model: Literal["rnn", "transformer"] = option(
         "rnn", "model: the Bahdanau GRU or the Transformer"
     )
-    score: Literal["additive", "dot", "scaled"] = option("additive", "attention scorer (rnn)")
+    score: Literal[tuple(SCORERS)] = option("additive", "attention scorer (rnn)")
+    decoder: Literal[tuple(DECODERS)] = option(
+        "bahdanau",
+        "decoder step: Bahdanau's, whose query is s_{t-1}, or the conditional GRU of Nematus and "
+        "Marian, whose query s'_t = GRU1(s_{t-1}, E y_{t-1}) has read the previous word (rnn)",
+    )
     emb_size: int = option(
         None, "embedding size (rnn)", check="positive", per_model=RECIPE["emb_size"]
     )

@@ -106,8 +106,7 @@ def shape(model: Seq2Seq) -> Shape:
     P, V = sum(p.numel() for p in model.parameters()), model.generator.weight.size(0)
     if args.get("model") == "transformer":
         return Shape(P, V, 0, int(args["heads"]), int(args["d_model"]), int(args["layers"]))
-    key_proj = getattr(getattr(getattr(model, "decoder", None), "scorer", None), "key_proj", None)
-    return Shape(P, V, 0 if key_proj is None else key_proj.out_features, 1, 0, 0)
+    return Shape(P, V, model.decoder.scorer.tanh_size, 1, 0, 0)  # the scorer states its tanh
 
 
 def _rows(model: Seq2Seq, s: Shape, S: int, T: int, rows: int) -> float:

@@ -8,6 +8,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from seq2seq.commands import prepare, train
 from seq2seq.errors import STOPPED
+from seq2seq.models.attention import SCORERS
 from tests.conftest import tiny_train_args
 
 
@@ -17,7 +18,7 @@ def scalars(run_dir: Path, tag: str) -> list[float]:
     return [event.value for event in events.Scalars(tag)]
 
 
-@pytest.mark.parametrize("score", ["additive", "dot", "scaled"])
+@pytest.mark.parametrize("score", SCORERS)
 def test_train_writes_logs_and_checkpoints_and_loss_falls(
     score, tiny_corpus, tmp_path, monkeypatch
 ):

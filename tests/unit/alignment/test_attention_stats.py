@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from seq2seq.alignment.stats import means, recorded_scores, row_sums, stacked_scores
-from seq2seq.models.attention import lengths_to_mask, masked_softmax
+from seq2seq.models.attention import SCORERS, lengths_to_mask, masked_softmax
 from seq2seq.models.kernels import accelerate
 from seq2seq.models.rnn import RNNSeq2Seq
 from seq2seq.models.transformer import TransformerSeq2Seq
 
 
-@pytest.mark.parametrize("score", ["additive", "dot", "scaled"])
+@pytest.mark.parametrize("score", SCORERS)
 def test_recorded_scores_are_the_scores_behind_the_weights(score) -> None:
     torch.manual_seed(0)
     model = RNNSeq2Seq(vocab_size=20, emb_size=8, hidden_size=16, score=score, dropout=0.0)

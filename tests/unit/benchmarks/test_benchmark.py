@@ -12,9 +12,10 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from seq2seq.benchmarks import memory as benchmark_memory
 from seq2seq.benchmarks import speed as benchmark
+from seq2seq.benchmarks.reference import reference_loss
 from seq2seq.data.batching import collate
+from seq2seq.models.attention import SCORERS
 from seq2seq.models.kernels import accelerate
-from seq2seq.models.reference import reference_loss
 from seq2seq.models.rnn import RNNSeq2Seq
 from seq2seq.models.transformer import TransformerSeq2Seq
 from seq2seq.training.config import TrainConfig
@@ -32,7 +33,7 @@ def random_batch(vocab: int, lengths: list[tuple[int, int]]) -> dict[str, torch.
 
 
 @pytest.mark.parametrize("tie", [True, False])
-@pytest.mark.parametrize("score", ["additive", "dot", "scaled"])
+@pytest.mark.parametrize("score", SCORERS)
 def test_reference_path_equals_fast_path_in_loss_and_gradients(score: str, tie: bool) -> None:
     """The textbook model read by `reference_loss`, against training's loss on a copy with kernels."""
     torch.manual_seed(0)
@@ -70,7 +71,7 @@ def test_textbook_loader_gives_random_fixed_size_batches(
     assert order.tolist() != sorted(order.tolist())  # shuffled, not length-sorted
 
 
-@pytest.mark.parametrize("score", ["additive", "dot", "scaled"])
+@pytest.mark.parametrize("score", SCORERS)
 def test_bf16_autocast_path_computes_nearly_the_same_loss(score: str) -> None:
     torch.manual_seed(0)
     model = accelerate(RNNSeq2Seq(40, emb_size=16, hidden_size=32, score=score, dropout=0.0))
@@ -83,7 +84,7 @@ def test_bf16_autocast_path_computes_nearly_the_same_loss(score: str) -> None:
     assert not torch.equal(bf16[0], fp32[0])  # it did run in bf16
 
 
-@pytest.mark.parametrize("score", ["additive", "dot", "scaled"])
+@pytest.mark.parametrize("score", SCORERS)
 def test_the_recurrence_in_bf16_as_on_a_gpu_gives_nearly_the_same_loss_and_gradients(
     score: str,
 ) -> None:

@@ -4,14 +4,13 @@ import pytest
 import torch
 
 from seq2seq.models.attention import (
+    SCORERS,
     AdditiveScorer,
     attend,
     lengths_to_mask,
     make_scorer,
     masked_softmax,
 )
-
-SCORERS = ["additive", "dot", "scaled"]
 
 
 @pytest.mark.parametrize("name", SCORERS)

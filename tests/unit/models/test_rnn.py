@@ -4,11 +4,9 @@ the kernels plugged in (seq2seq.models.kernels; tests/unit/models/kernels/test_k
 import pytest
 import torch
 
-from seq2seq.models.attention import AdditiveScorer, lengths_to_mask
+from seq2seq.models.attention import SCORERS, AdditiveScorer, lengths_to_mask
 from seq2seq.models.kernels import accelerate
 from seq2seq.models.rnn import RNNSeq2Seq
-
-SCORERS = ["additive", "dot", "scaled"]
 
 
 def tiny_model(score: str = "additive", kernels: bool = False, **kwargs) -> RNNSeq2Seq:

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from seq2seq.models.attention import SCORERS
 from seq2seq.models.kernels import accelerate
 from seq2seq.models.rnn import RNNSeq2Seq
 from seq2seq.training.losses import batch_loss
@@ -17,7 +18,7 @@ LOSS_RTOL = 1e-3
 GRAD_COSINE = 0.999
 
 
-@pytest.mark.parametrize("score", ["additive", "dot", "scaled"])
+@pytest.mark.parametrize("score", SCORERS)
 def test_a_bf16_mixed_step_gives_the_fp32_loss_and_gradients(score: str) -> None:
     torch.manual_seed(0)
     model = accelerate(RNNSeq2Seq(100, emb_size=32, hidden_size=64, score=score, dropout=0.0))

@@ -7,7 +7,7 @@ from torch.overrides import TorchFunctionMode
 
 from seq2seq.data.tokenizer import BOS, EOS
 from seq2seq.decoding.search import greedy_search
-from seq2seq.models.attention import lengths_to_mask
+from seq2seq.models.attention import SCORERS, lengths_to_mask
 from seq2seq.models.kernels import accelerate
 from seq2seq.models.rnn import RNNSeq2Seq
 from seq2seq.training import losses as loss
@@ -182,7 +182,7 @@ def reverse_batch(n: int = 6, vocab: int = 14) -> dict[str, torch.Tensor]:
             "tgt_out": tgt_out, "tgt_mask": src_mask}  # fmt: skip
 
 
-@pytest.mark.parametrize("score", ["additive", "dot", "scaled"])
+@pytest.mark.parametrize("score", SCORERS)
 def test_tiny_model_learns_to_reverse_a_handful_of_sentences(score: str) -> None:
     torch.manual_seed(0)
     model = RNNSeq2Seq(vocab_size=14, emb_size=16, hidden_size=32, score=score, dropout=0.0)

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from seq2seq.data.tokenizer import BOS
 from seq2seq.decoding.search import SearchConfig, beam_search
-from seq2seq.models.attention import AdditiveScorer, lengths_to_mask
+from seq2seq.models.attention import SCORERS, AdditiveScorer, lengths_to_mask
 from seq2seq.models.build import build_model
 from seq2seq.models.kernels import KERNELS, accelerate, textbook
 from seq2seq.models.kernels.dropout import UniformDropout
@@ -92,7 +92,7 @@ def test_a_checkpoint_of_the_textbook_model_loads_into_the_kernels_and_back(tmp_
         assert torch.equal(got, want), name
 
 
-@pytest.mark.parametrize("score", ["additive", "dot", "scaled"])
+@pytest.mark.parametrize("score", SCORERS)
 @pytest.mark.parametrize("layers", [1, 2])
 def test_kernels_train_as_the_textbook_model(score: str, layers: int) -> None:
     """Loss, attention and every gradient; the second batch's 30 source positions take the

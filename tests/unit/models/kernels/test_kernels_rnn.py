@@ -7,12 +7,10 @@ import copy
 import pytest
 import torch
 
-from seq2seq.models.attention import lengths_to_mask, masked_softmax
+from seq2seq.models.attention import SCORERS, lengths_to_mask, masked_softmax
 from seq2seq.models.kernels import accelerate, decoder
 from seq2seq.models.kernels.decoder import DeferredBahdanauDecoder, Fp32RecurrenceRNN
 from seq2seq.models.rnn import RNNSeq2Seq
-
-SCORERS = ["additive", "dot", "scaled"]
 
 
 def tiny_model(score: str = "additive", **kwargs) -> RNNSeq2Seq:

@@ -1,7 +1,9 @@
-"""The Bahdanau translator's training loss written out step by step: the readable specification.
+"""The Bahdanau translator's training loss written out step by step: the textbook path the speed
+benchmark (seq2seq.benchmarks.speed) times and the tests hold the training path to.
 
-`reference_loss` computes what `seq2seq.training.losses.batch_loss` computes for an `RNNSeq2Seq`, from
-the model's parameters and its textbook scorer, in the plainest order (DESIGN section 1):
+`reference_loss` computes what `seq2seq.training.losses.batch_loss` computes for an `RNNSeq2Seq` with
+the `bahdanau` decoder, from the model's parameters and its textbook scorer, in the plainest order
+(DESIGN section 1):
 
     h = BiGRU(emb(x))                          s_0 = tanh(W_init h_1^backward)
     for t = 1..T:
@@ -25,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from seq2seq.models.bahdanau import BahdanauDecoder
 from seq2seq.models.rnn import RNNSeq2Seq
 
 PAD = 0  # the padding id of every embedding (`padding_idx`) and of the data's batches
@@ -47,6 +50,10 @@ def reference_loss(
     The same values as `seq2seq.training.losses.batch_loss` on the same weights and batch (dropout aside).
     """
     enc, dec = model.encoder, model.decoder
+    if type(dec) is not BahdanauDecoder:  # a variant's step, or a kernel left plugged in
+        raise ValueError(
+            f"reference_loss writes out the textbook Bahdanau decoder, not {type(dec).__name__}"
+        )
     p_enc, p_dec, training = enc.dropout.p, dec.dropout.p, model.training
     src, src_lens, src_mask = batch["src"], batch["src_lens"], batch["src_mask"]
     tgt_in, tgt_out, tgt_mask = batch["tgt_in"], batch["tgt_out"], batch["tgt_mask"]
