@@ -6,93 +6,27 @@ Every checkpoint reads pair I of the split (from 0) of the corpus it was trained
 `--dataset` to use another), teacher-forced on the reference: the model reads the reference
 translation and each row is the attention it used to predict that reference subword, the figure
 `align/<i>` shows in TensorBoard. With `--beam K` it shows the attention behind the model's own
-translation instead. Each panel is `seq2seq.alignment.plotting.AlignmentPlot`, titled with the checkpoint's
-model and scorer; the panels are joined left to right in the order given, so the three scorers are
-one command: `plot_attention.py additive.ckpt dot.ckpt scaled.ckpt --out scorers.png`.
+translation instead. The panels (seq2seq.decoding.attention_figure) are joined left to right in the
+order given, so the three scorers are one command: `plot_attention.py additive.ckpt dot.ckpt
+scaled.ckpt --out scorers.png`. The image is written whole or not at all.
 
 `--tensorboard DIR` also logs, for each checkpoint, the images training's `AttentionHeatmaps` logs
 (`align/<i>` teacher-forced and `align/<i>/greedy`, for the first `--sentences` short pairs of the
-split) into the TensorBoard run `DIR/<checkpoint name>`: `tensorboard --logdir DIR` then shows a
-trained model's alignments without training it again.
+split; seq2seq.training.heatmap_images) into the TensorBoard run `DIR/<checkpoint name>`:
+`tensorboard --logdir DIR` then shows a trained model's alignments without training it again.
 """
 
-import argparse
+import io
 import sys
 from pathlib import Path
 
+import numpy as np
 from matplotlib.image import imsave
 
-from seq2seq.alignment.plotting import AlignmentPlot, side_by_side
-from seq2seq.checkpoint import corpus_of, read_checkpoint
+from seq2seq.atomic import atomic_write_bytes
 from seq2seq.cli import Parser, cli_message
-from seq2seq.data.corpus import Pairs, read_pairs, resolve_corpus
-from seq2seq.decoding.loading import load_model
-from seq2seq.decoding.translator import Translation, Translator
+from seq2seq.decoding.attention_figure import PairChoice, attention_figure
 from seq2seq.errors import UserError
-
-
-def model_name(model_args: dict) -> str:
-    """`rnn additive`, `rnn dot`, ... or `transformer`: what a panel's title calls the model."""
-    kind = model_args.get("model", "rnn")
-    return f"{kind} {model_args['score']}" if "score" in model_args else kind
-
-
-def pairs_of(checkpoint: dict, args: argparse.Namespace) -> Pairs:
-    """The pairs of `args.split` of the checkpoint's corpus (or the one `args` names)."""
-    corpus = corpus_of(checkpoint) or {}
-    if args.dataset or args.data_dir:  # a corpus given here replaces the checkpoint's entirely
-        dataset, data_dir = args.dataset, args.data_dir
-    else:
-        dataset, data_dir = corpus.get("dataset"), corpus.get("data_dir")
-    src, tgt = args.src or corpus.get("src") or "de", args.tgt or corpus.get("tgt") or "en"
-    source = resolve_corpus(dataset or "multi30k", data_dir)
-    pairs = read_pairs(source, args.split, src, tgt)
-    if not 0 <= args.index < len(pairs):
-        raise UserError(
-            f"--index {args.index}: split {args.split!r} of {source.location} has {len(pairs):,} "
-            f"pairs, numbered 0 to {len(pairs) - 1:,}"
-        )
-    return pairs
-
-
-def attention_of(path: str, args: argparse.Namespace) -> tuple[Translation, str]:
-    """The checkpoint's attention on pair `args.index` of `args.split`, and the panel's title."""
-    checkpoint = read_checkpoint(path)
-    pairs = pairs_of(checkpoint, args)
-    sentence, reference = pairs.src[args.index], pairs.tgt[args.index]
-    translator = Translator.load(path)
-    if args.beam:
-        [result] = translator.translate([sentence], beam=args.beam)
-        how = f"beam {args.beam}"
-    else:
-        [result] = translator.align([sentence], [reference])
-        how = "teacher-forced"
-    title = f"{model_name(checkpoint['model_args'])}, {how}: {Path(path).name}"
-    return result, title
-
-
-def log_heatmaps(path: str, args: argparse.Namespace) -> Path:
-    """Training's heatmap images of the checkpoint, logged into the run `args.tensorboard/<name>`."""
-    from datasets import Dataset
-    from torch.utils.tensorboard import SummaryWriter
-
-    from seq2seq.training.callbacks import AttentionHeatmaps
-
-    checkpoint = read_checkpoint(path)
-    pairs = pairs_of(checkpoint, args)
-    model, tokenizer = load_model(path)
-    src_ids, tgt_ids = tokenizer.encode_batch(pairs.src), tokenizer.encode_batch(pairs.tgt)
-    columns = {"index": list(range(len(pairs))), "src_ids": src_ids, "tgt_ids": tgt_ids}
-    columns |= {"src_len": list(map(len, src_ids)), "tgt_len": list(map(len, tgt_ids))}
-    heatmaps = AttentionHeatmaps(every_n_steps=1, sentences=args.sentences)
-    heatmaps.set_probes(Dataset.from_dict(columns), tokenizer)  # the pairs training would pick
-    step = int(checkpoint.get("global_step") or 0)  # an averaged checkpoint has none: 0
-    run = Path(args.tensorboard) / Path(path).stem
-    with SummaryWriter(run) as writer:
-        for greedy in (False, True):
-            for tag, image in heatmaps.images(model, greedy):
-                writer.add_image(tag, image, step, dataformats="HWC")
-    return run
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -109,6 +43,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p.add_argument("--src", help="source language (default: the checkpoint's)")
     p.add_argument("--tgt", help="target language (default: the checkpoint's)")
     args = p.parse_args(argv)
+    choice = PairChoice(args.split, args.index, args.dataset, args.data_dir, args.src, args.tgt)
     try:
         if args.beam < 0:
             raise UserError(f"--beam {args.beam}: give 0 (teacher-forced) or a beam size")
@@ -116,20 +51,50 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             raise UserError("nothing to write: give --out FILE.png, --tensorboard DIR or both")
         if args.sentences < 1:
             raise UserError(f"--sentences {args.sentences}: give 1 or more")
+        if args.out is not None:
+            encode_image(np.zeros((1, 1, 3), np.uint8), Path(args.out))  # the format, before work
         for path in args.checkpoints if args.tensorboard else []:
-            print(f"{log_heatmaps(path, args)}: align/<i> images of {path}")
+            run = log_heatmaps(path, choice, args.sentences, Path(args.tensorboard))
+            print(f"{run}: align/<i> images of {path}")
         if args.out is None:
             return 0
-        images = []
-        for path in args.checkpoints:
-            result, title = attention_of(path, args)
-            plot = AlignmentPlot(result.attention, result.src_tokens, result.tgt_tokens, title)
-            images.append(plot.render())  # (H, W, 3)
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        imsave(out, side_by_side(images))
+        figure = attention_figure(args.checkpoints, choice, args.beam)
+        out = write_image(Path(args.out), figure.image)
     except UserError as err:
         print(f"error: {cli_message(err)}", file=sys.stderr)
         return 2
-    print(f"{out}: {len(images)} panel(s), pair {args.index} of {args.split}")
+    print(f"{out}: {len(figure.panels)} panel(s), pair {args.index} of {args.split}")
     return 0
+
+
+def log_heatmaps(path: str, choice: PairChoice, sentences: int, logdir: Path) -> Path:
+    """Training's heatmap images of the checkpoint, logged into the run `logdir/<its name>`."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from seq2seq.training.heatmap_images import heatmap_images
+
+    found = heatmap_images(path, choice, sentences)
+    run = logdir / Path(path).stem
+    with SummaryWriter(run) as writer:
+        for tag, image in found.images:
+            writer.add_image(tag, image, found.step, dataformats="HWC")
+    return run
+
+
+def encode_image(image: np.ndarray, out: Path) -> bytes:
+    """The image (H, W, 3) in the format `out`'s suffix names (PNG without one); a format
+    matplotlib cannot write is a UserError naming --out."""
+    encoded = io.BytesIO()
+    try:
+        imsave(encoded, image, format=out.suffix.removeprefix(".") or "png")
+    except (ValueError, KeyError, OSError):
+        raise UserError(f"--out {out}: cannot write {out.suffix} images (give a .png)") from None
+    return encoded.getvalue()
+
+
+def write_image(out: Path, image: np.ndarray) -> Path:
+    """The image published as `out`, whole or not at all."""
+    try:
+        return atomic_write_bytes(out, encode_image(image, out))
+    except OSError as err:
+        raise UserError(f"--out {out}: cannot write ({err.strerror})") from None
