@@ -14,17 +14,24 @@ the hypotheses (one per line, in input order) to `--out`, by default next to the
 precision and recall (Och & Ney 2003). By default the model reads the first reference teacher-forced, as
 alignment papers measure it; `--align-on hyp` scores the alignments of its own translations instead,
 against a gold (or silver) file made for those translations (`seq2seq silver-alignments` on them).
+
+The procedure returns the figures; this command writes the files, each whole or not at all: the
+hypotheses (`--out`) and, with `--json FILE`, the figures as JSON (the keys `result_json` lists; the
+study's scoring reads them).
 """
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from sacrebleu.metrics import BLEU
 
+from seq2seq.atomic import atomic_write_text
 from seq2seq.cli import cli_message
-from seq2seq.decoding.evaluate import evaluate
+from seq2seq.decoding.evaluate import AlignmentScoring, EvalOptions, Evaluation, evaluate
 from seq2seq.decoding.flags import decoding_parser, search_config
 from seq2seq.errors import UserError
 
@@ -71,28 +78,92 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     args = build_parser(prog).parse_args(argv)
     try:
-        result = evaluate(
-            args.checkpoint,
-            args.split,
-            search=search_config(args),
-            src_file=args.src_file,
-            ref_files=args.ref_file,
-            out=args.out,
-            json_path=args.json,
-            device=args.device,
-            batch_tokens=args.batch_tokens,
-            batch_size=args.batch_size,
-            lowercase=args.lowercase,
-            sacrebleu_tokenize=args.sacrebleu_tokenize,
-            align_ref=args.align_ref,
-            align_on=args.align_on,
-            align_direction=args.align_direction,
-        )
+        options = eval_options(args)
+        found = evaluate(
+            args.checkpoint, args.split, src_file=args.src_file, ref_files=args.ref_file,
+            options=options,
+        )  # fmt: skip
+        data = args.src_file or args.split
+        out = Path(args.out or default_out(args.checkpoint, data, options.search.beam))
+        written = write_lines(list(found.hypotheses), out)
+        result = result_json(found, written)
+        if args.json and args.json != "-":
+            write_lines([json.dumps(result, indent=2)], args.json, "--json")
     except UserError as err:
         print(f"error: {cli_message(err)}", file=sys.stderr)
         return 2
     report(result, args.json)
     return 0
+
+
+def eval_options(args: argparse.Namespace) -> EvalOptions:
+    """The flags as `EvalOptions`; a bad value is a UserError naming its flag."""
+    alignment = None
+    if args.align_ref:
+        alignment = AlignmentScoring(args.align_ref, args.align_on, args.align_direction)
+    return EvalOptions(
+        search=search_config(args),
+        device=args.device,
+        batch_tokens=args.batch_tokens,
+        batch_size=args.batch_size,
+        lowercase=args.lowercase,
+        sacrebleu_tokenize=args.sacrebleu_tokenize,
+        alignment=alignment,
+    )
+
+
+def result_json(found: Evaluation, hypotheses: Path) -> dict[str, Any]:
+    """The figures as `--json` writes them (`hypotheses`: the file they were written to). Studies
+    read these keys (seq2seq.study.scoring): keep them."""
+    result = {
+        "checkpoint": found.checkpoint,
+        "data": found.data,
+        "bleu": found.bleu.value,
+        "bleu_signature": found.bleu.signature,
+        "brevity_penalty": found.bleu.brevity_penalty,
+        "hyp_len": found.bleu.hyp_len,
+        "ref_len": found.bleu.ref_len,
+        "chrf": found.chrf.value,
+        "chrf_signature": found.chrf.signature,
+        "sentences": found.sentences,
+        "seconds": found.seconds,
+        "sentences_per_second": found.sentences_per_second,
+        "beam": found.search.beam,
+        "length_penalty": found.search.length_penalty,
+        "device": found.device,
+        "hypotheses": str(hypotheses),
+    }
+    if found.alignment is not None:
+        score = found.alignment.score
+        result |= {
+            "aer": score.aer,
+            "align_precision": score.precision,
+            "align_recall": score.recall,
+            "align_links": score.hyp_links,
+            "align_ref": found.alignment.gold,
+            "align_on": found.alignment.on,
+        }
+    return result
+
+
+def default_out(checkpoint: str | Path, data: str, beam: int) -> Path:
+    """`<ckpt stem>.<split or src file>.beam<K>.hyp` beside the checkpoint; ./hyps.txt if that is
+    read-only."""
+    path = Path(checkpoint).with_name(f"{Path(checkpoint).stem}.{Path(data).name}.beam{beam}.hyp")
+    return path if os.access(path.parent, os.W_OK) else Path("hyps.txt")
+
+
+def write_lines(lines: list[str], path: str | Path, flag: str = "--out") -> Path:
+    """Write `lines` to `path` whole or not at all: a killed evaluation leaves the old file or none."""
+    path, text = Path(path), "".join(line + "\n" for line in lines)
+    try:
+        if path.exists() and not path.is_file():  # /dev/null, /dev/stdout, a pipe: never replaced
+            path.write_text(text, encoding="utf-8")
+        else:
+            atomic_write_text(path, text)
+    except OSError as err:
+        raise UserError(f"{flag} {path}: cannot write ({err.strerror})") from None
+    return path
 
 
 def report(result: dict[str, Any], json_path: str | None) -> None:

@@ -1,21 +1,22 @@
 """Evaluation as a function: translate a split of a checkpoint's corpus (or a source file) and score
 it with sacreBLEU (BLEU, chrF), optionally the word alignments too (AER against a gold file).
 
-`evaluate(checkpoint, split="test", search=SearchConfig(beam=5))` returns the results as a JSON-ready
-dict and writes the hypotheses to a file; `seq2seq evaluate` (seq2seq.commands.evaluate) is its
-command line and prints them. A bad input is a UserError naming the flag that gave it.
+`evaluate(checkpoint)` (the test split, beam 5) returns an `Evaluation`: the figures and the
+hypotheses, nothing written; `EvalOptions` holds how it translates and scores. `seq2seq evaluate`
+(seq2seq.commands.evaluate) is its command line: it prints the figures and writes the hypotheses and
+the JSON. A bad input is a UserError naming the flag that gave it, before any translation.
 """
 
-import json
-import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 
-from seq2seq.atomic import atomic_write_text
+from seq2seq.alignment.words import AERScore
 from seq2seq.decoding.flags import pick_device
+from seq2seq.decoding.metrics import Score
 from seq2seq.decoding.search_config import SearchConfig
 from seq2seq.errors import UserError
 
@@ -23,96 +24,122 @@ AlignOn = Literal["ref", "hyp"]
 AlignDirection = Literal["tgt2src", "src2tgt", "intersect"]
 
 
+@dataclass(frozen=True)
+class AlignmentScoring:
+    """Score the model's word alignments too (`--align-ref`, `--align-on`, `--align-direction`)."""
+
+    gold: str  # a gold Pharaoh file, one line per pair (`i-j` sure, `ipj` possible)
+    on: AlignOn = "ref"  # ref: the model reads the first reference, teacher-forced; hyp: its output
+    direction: AlignDirection = "tgt2src"  # how subword attention becomes word links
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """How `evaluate` translates and scores. Each field is a flag of `seq2seq evaluate` (the
+    alignment ones grouped in `alignment`), so a setting added here is one flag added there."""
+
+    search: SearchConfig = SearchConfig()  # beam size, length penalty, output limits
+    device: str = "auto"  # auto: CUDA when there is one
+    batch_tokens: int | None = 4096  # source tokens per batch ...
+    batch_size: int | None = None  # ... or sentences per batch instead
+    lowercase: bool = False  # case-insensitive BLEU
+    sacrebleu_tokenize: str = "13a"  # sacreBLEU's BLEU tokenizer (13a: its default)
+    alignment: AlignmentScoring | None = None  # None: no alignment scores
+
+
+@dataclass(frozen=True)
+class AlignmentResult:
+    """The word alignments' scores against the gold file, and what was aligned."""
+
+    score: AERScore  # AER, precision, recall and the counts behind them
+    gold: str  # the gold file
+    on: str  # what the model read and how its links were read, in words
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What `evaluate` measured."""
+
+    checkpoint: str
+    data: str  # what was translated: the split of a corpus, or the files
+    hypotheses: tuple[str, ...]  # one translation a source sentence, in input order
+    bleu: Score  # with its signature, brevity penalty and lengths
+    chrf: Score  # with its signature
+    seconds: float  # the translation's wall time
+    device: str  # the device it ran on
+    search: SearchConfig
+    alignment: AlignmentResult | None = None
+
+    @property
+    def sentences(self) -> int:
+        return len(self.hypotheses)
+
+    @property
+    def sentences_per_second(self) -> float:
+        return self.sentences / max(self.seconds, 1e-9)
+
+
 def evaluate(
     checkpoint: str | Path,
     split: str = "test",
     *,
-    search: SearchConfig = SearchConfig(),
     src_file: str | None = None,
     ref_files: list[str] | None = None,
-    out: str | Path | None = None,
-    json_path: str | None = None,
-    device: str = "auto",
-    batch_tokens: int | None = 4096,
-    batch_size: int | None = None,
-    lowercase: bool = False,
-    sacrebleu_tokenize: str = "13a",
-    align_ref: str | None = None,
-    align_on: AlignOn = "ref",
-    align_direction: AlignDirection = "tgt2src",
-) -> dict[str, Any]:
-    """Translate, score and write the hypotheses; returns the results as a JSON-ready dict.
+    options: EvalOptions = EvalOptions(),
+) -> Evaluation:
+    """Translate and score; writes nothing.
 
     Args:
         checkpoint: a .ckpt written by training (model and tokenizer inside).
         split: any split of the checkpoint's corpus (val, test, ...), read again; unless
             `src_file` and `ref_files` (one file per reference set) give the text instead.
-        search: beam size, length penalty, output limits.
-        out: the hypotheses file (default: beside the checkpoint, `<stem>.<data>.beam<K>.hyp`).
-        json_path: also write the results there as JSON ('-': the caller prints them).
-        batch_tokens, batch_size: source tokens per batch, or sentences per batch instead.
-        lowercase, sacrebleu_tokenize: sacreBLEU's BLEU settings (13a: its default tokenizer).
-        align_ref: a gold Pharaoh file, one line per pair: AER, precision and recall too, of the
-            model reading the first reference (`align_on="ref"`) or its own output ("hyp").
+        options: search, batching, device, BLEU's settings and alignment scoring.
     """
-    check_scoring(src_file, ref_files, sacrebleu_tokenize)
     from seq2seq.alignment.words import read_pharaoh
     from seq2seq.checkpoint import corpus_of, read_checkpoint
     from seq2seq.decoding.metrics import corpus_bleu, corpus_chrf
     from seq2seq.decoding.translator import Translator
 
-    torch_device = pick_device(device)
+    check_scoring(src_file, ref_files, options.sacrebleu_tokenize)
+    device = pick_device(options.device)
     files = read_files(src_file, ref_files) if src_file is not None else None  # fail fast
-    gold = read_pharaoh(align_ref) if align_ref else None
-    translator = Translator.load(checkpoint, torch_device)
+    aligning = options.alignment
+    gold = read_pharaoh(aligning.gold) if aligning else None
+    translator = Translator.load(checkpoint, device)
     sources, references, data = files or read_split(split, corpus_of(read_checkpoint(checkpoint)))
     if not sources:
         raise UserError(f"no sentences to evaluate in {data}")
     if gold is not None and len(gold) != len(sources):
-        raise UserError(f"--align-ref {align_ref} has {len(gold)} lines for {len(sources)} pairs")
+        raise UserError(
+            f"--align-ref {aligning.gold} has {len(gold)} lines for {len(sources)} pairs"
+        )
+    batching = (options.batch_tokens, options.batch_size)
+    own = aligning is not None and aligning.on == "hyp"
     start = time.perf_counter()
-    own = gold is not None and align_on == "hyp"
     results = translator.translate(
-        sources, search, batch_tokens, batch_size,
-        return_alignments=own, direction=align_direction,
+        sources, options.search, *batching, return_alignments=own,
+        direction=aligning.direction if aligning else "tgt2src",
     )  # fmt: skip
-    hypotheses = [result.text for result in results]
-    if torch_device.type == "cuda":
-        torch.cuda.synchronize(torch_device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     seconds = time.perf_counter() - start
-    written = write_lines(
-        hypotheses, out or default_out(checkpoint, src_file or split, search.beam)
-    )
-    bleu = corpus_bleu(hypotheses, references, lowercase, sacrebleu_tokenize)
-    chrf = corpus_chrf(hypotheses, references)
-    result = {
-        "checkpoint": str(checkpoint),
-        "data": data,
-        "bleu": bleu.value,
-        "bleu_signature": bleu.signature,
-        "brevity_penalty": bleu.brevity_penalty,
-        "hyp_len": bleu.hyp_len,
-        "ref_len": bleu.ref_len,
-        "chrf": chrf.value,
-        "chrf_signature": chrf.signature,
-        "sentences": len(sources),
-        "seconds": seconds,
-        "sentences_per_second": len(sources) / max(seconds, 1e-9),
-        "beam": search.beam,
-        "length_penalty": search.length_penalty,
-        "device": str(torch_device),
-        "hypotheses": str(written),
-    }
-    if gold is not None:
+    hypotheses = [result.text for result in results]
+    alignment = None
+    if aligning is not None:
         if not own:
-            results = translator.align(
-                sources, references[0], batch_tokens, batch_size, align_direction
-            )
-        links = [r.word_alignment for r in results]
-        result.update(score_alignments(links, gold, align_ref, align_on, align_direction))
-    if json_path and json_path != "-":
-        write_lines([json.dumps(result, indent=2)], json_path, "--json")
-    return result
+            results = translator.align(sources, references[0], *batching, aligning.direction)
+        alignment = score_alignments([r.word_alignment for r in results], gold, aligning)
+    return Evaluation(
+        checkpoint=str(checkpoint),
+        data=data,
+        hypotheses=tuple(hypotheses),
+        bleu=corpus_bleu(hypotheses, references, options.lowercase, options.sacrebleu_tokenize),
+        chrf=corpus_chrf(hypotheses, references),
+        seconds=seconds,
+        device=str(device),
+        search=options.search,
+        alignment=alignment,
+    )
 
 
 def check_scoring(src_file: str | None, ref_files: list[str] | None, tokenize: str) -> None:
@@ -157,39 +184,10 @@ def read_split(split: str, corpus: dict | None) -> tuple[list[str], list[list[st
     return pairs.src, [pairs.tgt], f"{source.location} {found} ({src}-{tgt})"
 
 
-def score_alignments(
-    links: list, gold: list, align_ref: str, align_on: AlignOn, direction: AlignDirection
-) -> dict[str, Any]:
+def score_alignments(links: list, gold: list, scoring: AlignmentScoring) -> AlignmentResult:
     """AER, precision and recall of the model's `links` (one list per pair) against `gold`."""
     from seq2seq.alignment.words import alignment_error_rate
 
+    on = "the first reference, teacher-forced" if scoring.on == "ref" else "its translations"
     score = alignment_error_rate(links, gold)
-    on = "the first reference, teacher-forced" if align_on == "ref" else "its translations"
-    return {
-        "aer": score.aer,
-        "align_precision": score.precision,
-        "align_recall": score.recall,
-        "align_links": score.hyp_links,
-        "align_ref": align_ref,
-        "align_on": f"{on}, {direction}",
-    }
-
-
-def default_out(checkpoint: str | Path, data: str, beam: int) -> Path:
-    """`<ckpt stem>.<split or src file>.beam<K>.hyp` beside the checkpoint; ./hyps.txt if that is
-    read-only."""
-    path = Path(checkpoint).with_name(f"{Path(checkpoint).stem}.{Path(data).name}.beam{beam}.hyp")
-    return path if os.access(path.parent, os.W_OK) else Path("hyps.txt")
-
-
-def write_lines(lines: list[str], path: str | Path, flag: str = "--out") -> Path:
-    """Write `lines` to `path` whole or not at all: a killed evaluation leaves the old file or none."""
-    path, text = Path(path), "".join(line + "\n" for line in lines)
-    try:
-        if path.exists() and not path.is_file():  # /dev/null, /dev/stdout, a pipe: never replaced
-            path.write_text(text, encoding="utf-8")
-        else:
-            atomic_write_text(path, text)
-    except OSError as err:
-        raise UserError(f"{flag} {path}: cannot write ({err.strerror})") from None
-    return path
+    return AlignmentResult(score, scoring.gold, f"{on}, {scoring.direction}")

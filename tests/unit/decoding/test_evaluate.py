@@ -1,0 +1,72 @@
+"""seq2seq.decoding.evaluate called with values: the typed figures, nothing written, alignment
+scores when asked for, bad input refused before translating (the command: tests/unit/commands, and
+on a trained checkpoint tests/e2e/test_evaluate.py)."""
+
+from pathlib import Path
+
+import pytest
+
+from seq2seq.alignment.words import format_pharaoh
+from seq2seq.decoding.evaluate import AlignmentScoring, EvalOptions, Evaluation, evaluate
+from seq2seq.decoding.metrics import corpus_bleu, corpus_chrf
+from seq2seq.decoding.search_config import SearchConfig
+from seq2seq.decoding.translator import Translator
+from seq2seq.errors import UserError
+from tests.conftest import write_corpus
+
+
+@pytest.fixture
+def corpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The premove checkpoint names the corpus `corpus` (relative): write it in a fresh folder."""
+    monkeypatch.chdir(tmp_path)
+    return write_corpus(tmp_path / "corpus")
+
+
+def files(folder: Path) -> list[Path]:
+    return sorted(folder.rglob("*"))
+
+
+def test_the_figures_of_a_split_are_returned_and_nothing_is_written(
+    premove_checkpoint: Path, corpus: Path
+) -> None:
+    before = files(corpus.parent), files(premove_checkpoint.parent)
+    found = evaluate(premove_checkpoint, "test", options=EvalOptions(search=SearchConfig(beam=2)))
+    assert (
+        isinstance(found, Evaluation)
+        and (files(corpus.parent), files(premove_checkpoint.parent)) == before
+    )
+    sources = (corpus / "test.de").read_text("utf-8").splitlines()
+    references = (corpus / "test.en").read_text("utf-8").splitlines()
+    expected = [t.text for t in Translator.load(premove_checkpoint).translate(sources, beam=2)]
+    assert found.hypotheses == tuple(expected) and found.sentences == 20
+    assert found.bleu == corpus_bleu(expected, references)
+    assert found.chrf == corpus_chrf(expected, references)
+    assert found.bleu.signature.startswith("nrefs:1|case:mixed") and found.bleu.hyp_len > 0
+    assert found.search.beam == 2 and found.device == "cpu" and found.alignment is None
+    assert found.sentences_per_second == pytest.approx(20 / found.seconds)
+    assert found.data.endswith("test (de-en)") and found.checkpoint == str(premove_checkpoint)
+
+
+def test_alignments_are_scored_against_a_gold_file(premove_checkpoint: Path, corpus: Path) -> None:
+    sources = (corpus / "test.de").read_text("utf-8").splitlines()
+    references = (corpus / "test.en").read_text("utf-8").splitlines()
+    own = Translator.load(premove_checkpoint).align(sources, references)
+    gold = corpus / "gold.align"
+    gold.write_text("".join(format_pharaoh(r.word_alignment) + "\n" for r in own), "utf-8")
+    options = EvalOptions(search=SearchConfig(beam=1), alignment=AlignmentScoring(str(gold)))
+    found = evaluate(premove_checkpoint, "test", options=options)
+    assert found.alignment is not None and found.alignment.gold == str(gold)
+    score = found.alignment.score  # the model's own teacher-forced links: no error
+    assert (score.aer, score.precision, score.recall) == (0.0, 1.0, 1.0)
+    assert score.hyp_links == sum(len(r.word_alignment) for r in own)
+    assert found.alignment.on == "the first reference, teacher-forced, tgt2src"
+
+
+def test_bad_input_is_refused_before_the_checkpoint_is_read(tmp_path: Path) -> None:
+    never = tmp_path / "never-read.ckpt"
+    with pytest.raises(UserError, match="^--src-file and --ref-file go together$"):
+        evaluate(never, src_file="src.txt")
+    (tmp_path / "src.txt").write_text("a\nb\n")
+    (tmp_path / "ref.txt").write_text("a\n")
+    with pytest.raises(UserError, match=r"src\.txt has 2 lines but .*ref\.txt has 1"):
+        evaluate(never, src_file=str(tmp_path / "src.txt"), ref_files=[str(tmp_path / "ref.txt")])
