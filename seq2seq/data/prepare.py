@@ -50,9 +50,9 @@ from seq2seq.data.links import attach_links, encode_with_links, links_suffix
 from seq2seq.data.shards import (
     SHARD_PAIRS,
     DamagedSplit,
+    checked_meta,
     fsynced,
     next_shard,
-    read_meta,
     record_batch,
     shard_digest,
     split_schema,
@@ -124,7 +124,7 @@ def prepare(
             workers = (cfg.prepare_workers or cores()) if role == "train" else 1
             if path.exists():  # whole, or damaged: built again
                 try:
-                    read_meta(path)
+                    checked_meta(path)
                     continue
                 except DamagedSplit:
                     shutil.rmtree(path)
@@ -186,7 +186,9 @@ def _complete(
     paths = {role: _split_path(cfg, source, split, tokenizer) for role, split in names.items()}
     if not all((p / "meta.json").exists() for p in paths.values()):
         return None
-    meta = {role: read_meta(p) for role, p in paths.items()}
+    # The shards' digests too: a block changed in place keeps the size, and is rebuilt like any
+    # other damage rather than refused at every start (hashing costs a read of the cache).
+    meta = {role: checked_meta(p) for role, p in paths.items()}
     return Prepared(tokenizer, file, paths, names, source.location, meta)
 
 

@@ -54,6 +54,15 @@ def read_meta(folder: Path) -> dict[str, Any]:
     return meta
 
 
+def checked_meta(folder: Path) -> dict[str, Any]:
+    """A split's meta.json, its shards checked against it whole (`read_meta`, then
+    `check_digests`): what preparation takes as a complete split; anything else is a DamagedSplit,
+    rebuilt under the cache's lock."""
+    meta = read_meta(folder)
+    check_digests(folder, meta)
+    return meta
+
+
 def shard_digest(path: Path) -> str:
     """The SHA-256 of a shard file, as meta.json records it (`shard_sha256`)."""
     with open(path, "rb") as file:

@@ -142,3 +142,23 @@ def test_the_lock_file_is_group_writable_where_its_folder_is(
     finally:
         os.umask(old)
     assert stat.S_IMODE((cache / "c.lock").stat().st_mode) == lock_mode
+
+
+def test_a_shard_overwritten_in_place_is_found_and_rebuilt(
+    tiny_corpus: Path, tmp_path: Path, capsys
+) -> None:
+    first = prep.prepare(_cfg(tiny_corpus, tmp_path))
+    shard = first.paths["train"] / "shard-00000.arrow"
+    written = shard.read_bytes()
+    middle = len(written) // 2
+    damaged = written[:middle] + b"\xff" * 64 + written[middle + 64 :]  # the same size
+    shard.write_bytes(damaged)
+    capsys.readouterr()
+    again = prep.prepare(_cfg(tiny_corpus, tmp_path))
+    said = capsys.readouterr().err
+    assert (
+        f"{first.paths['train']}: damaged (shard-00000.arrow does not match its SHA-256 in "
+        "meta.json); rebuilding it"
+    ) in said
+    assert again.built and shard.read_bytes() == written  # the same corpus, encoded again
+    assert len(SplitRows(again.paths["train"])) == first.meta["train"]["rows"]
