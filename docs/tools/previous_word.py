@@ -1,11 +1,12 @@
 """Is a checkpoint's teacher-forced attention right more often after a word it predicted?
 
 Bahdanau attention for target piece t is scored with s_{t-1}, the decoder state before it has read
-piece t-1 (DESIGN.md §1). This splits the linked target words of a gold (or silver) alignment by
-whether the model's most likely piece at the step before the word's first piece was the reference's
-piece, and prints how often each group's best source word (`tgt2src`) is a gold link. Then the AER the
-`tgt2src` reading would have if it were right on every linked word of the first group (and the first
-word of each sentence), the rest unchanged. The output of docs/guides/alignments.md was printed by
+piece t-1 (docs/guides/alignments.md#what-the-decoder-reads-when-it-attends). This splits the linked
+target words of a gold (or silver) alignment by whether the model's most likely piece at the step
+before the word's first piece was the reference's piece, and prints how often each group's best
+source word (`tgt2src`) is a gold link. Then the AER the `tgt2src` reading would have if it were
+right on every linked word of the first group (and the first word of each sentence), the rest
+unchanged. The output of docs/guides/alignments.md was printed by
 
     python docs/tools/previous_word.py CKPT data/silver/test_2016_flickr.de-en.align \
         ../shared/data/multi30k/test_2016_flickr.de.gz ../shared/data/multi30k/test_2016_flickr.en.gz

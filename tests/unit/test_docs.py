@@ -509,3 +509,199 @@ def test_each_committed_study_states_its_recipe() -> None:
             needed = [as_flag(f) for f in per_model_fields(TrainConfig) if kind in RECIPE[f]]
             missing = [flag for flag in needed if flag not in given]
             assert not missing, f"{path.parent.name}, variant {name}: no {', '.join(missing)}"
+
+
+def layout_page_lines() -> list[str]:
+    return (ROOT / "docs" / "guides" / "layout.md").read_text("utf-8").splitlines()
+
+
+def layout_page() -> str:
+    return " ".join(" ".join(layout_page_lines()).split())
+
+
+def test_layout_names_every_study_folder() -> None:
+    """docs/guides/layout.md's `docs/` row names each study folder (`study-hidden/`): each folder
+    of docs/ with a study.json."""
+    folders = {path.parent.name for path in ROOT.glob("docs/study*/study.json")}
+    assert folders, "no study folders"
+    page = layout_page()
+    assert sorted(f for f in folders if f"`{f}/`" not in page) == [], (
+        "study folders layout.md omits"
+    )
+
+
+def test_layout_names_every_import_contract() -> None:
+    """The contracts docs/guides/layout.md lists are pyproject.toml's, each by its name, and as
+    many as it says."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["importlinter"]
+    names = [contract["name"] for contract in config["contracts"]]
+    page = layout_page()
+    assert [name for name in names if f'"{name}"' not in page] == [], "contracts layout.md omits"
+    words = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven"}
+    assert f"holds {words[len(names)]} import-linter contracts" in page
+
+
+def test_layout_lists_the_settings_that_follow_the_model() -> None:
+    """The flags docs/guides/layout.md (seq2seq/recipes.py's row) and recipes.py's docstring say
+    follow `--model` are the settings `option(per_model=RECIPE[...])` declares, and RECIPE's."""
+    import seq2seq.recipes
+
+    settings = {as_flag(name) for name in per_model_fields(TrainConfig)}
+    assert settings == {as_flag(name) for name in RECIPE}
+    row = re.search(r"the defaults that follow `--model` \((.*?)\)", layout_page())[1]
+    assert set(re.findall(r"`(--[\w-]+)`", row)) == settings, "layout.md"
+    doc = " ".join(seq2seq.recipes.__doc__.split())
+    listed = re.search(r"A flag of a recipe setting \((.*?)\)", doc)[1]
+    assert set(re.findall(r"`(--[\w-]+)`", listed)) == settings, "seq2seq/recipes.py"
+
+
+def test_layout_says_what_the_data_layer_needs_of_the_models() -> None:
+    """docs/guides/layout.md's `seq2seq/data/` row says the data layer needs nothing of
+    seq2seq.models (below it, so allowed) exactly when no data module imports one."""
+    found = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "seq2seq" / "data").glob("*.py")
+        if any(module.startswith("seq2seq.models") for module in imported(path))
+    ]
+    row = next(line for line in layout_page_lines() if line.startswith("| `seq2seq/data/` |"))
+    may_import = row.strip("|").split("|")[-1]
+    assert ("needs nothing there" in may_import) == (not found), (may_import, found)
+
+
+def imported(path: Path) -> set[str]:
+    """The modules a Python file imports (`from a.b import c` gives a.b and a.b.c)."""
+    import ast
+
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def test_the_models_docstring_names_the_basics_they_import() -> None:
+    """seq2seq/models/__init__.py's "May import" names exactly the top-level basics the modules of
+    seq2seq/models/ (kernels included) import."""
+    import seq2seq.models
+
+    basics = {p.stem for p in (ROOT / "seq2seq").glob("*.py")} - {"__init__", "__main__"}
+    used = {
+        module.split(".")[1]
+        for path in (ROOT / "seq2seq" / "models").rglob("*.py")
+        for module in imported(path)
+        if module.startswith("seq2seq.") and module.split(".")[1] in basics
+    }
+    may = " ".join(seq2seq.models.__doc__.split()).split("May import:")[1]
+    named = set(re.findall(r"seq2seq\.(\w+)", may))
+    assert named == used, f"the docstring names {sorted(named)}, the models import {sorted(used)}"
+
+
+def shared_checkpoint_seeds(page: Path) -> set[str]:
+    """The seeds a page gives the shared checkpoint: "seed N" later in the clause that names it."""
+    text = " ".join(page.read_text("utf-8").split())
+    return set(re.findall(r"shared checkpoint(?:(?!\. |;).){0,200}?\bseed,? (\d+)", text))
+
+
+def test_pages_give_the_shared_checkpoint_one_seed() -> None:
+    """The README, study.md and benchmarks.md each say which seed trained the shared checkpoint
+    (`../shared/models/README.md`: seed 0), and say the same."""
+    pages = [
+        ROOT / "README.md",
+        *(ROOT / "docs" / "results" / n for n in ("study.md", "benchmarks.md")),
+    ]
+    seeds = {str(page.relative_to(ROOT)): shared_checkpoint_seeds(page) for page in pages}
+    assert all(seeds.values()), f"a page gives no seed: {seeds}"
+    assert len(set.union(*seeds.values())) == 1, seeds
+
+
+def test_readme_corpus_order_is_the_code() -> None:
+    """The README's Quick start lists the folders a corpus is looked for in, in
+    seq2seq.data.corpus's order, and says the hub, tried last, needs the network."""
+    from seq2seq.data import corpus
+
+    text = " ".join((ROOT / "README.md").read_text("utf-8").split())
+    sentence = re.search(r"The corpus is read offline from (.*?); the first run", text)[1]
+    folders, _, hub = sentence.partition(" else ")
+    expected = [
+        f"${corpus.DATA_ENV}/multi30k/",
+        f"{corpus.LOCAL_DATA.as_posix()}/multi30k/",
+        f"{corpus.SHARED_DATA.as_posix()}/multi30k/",
+    ]
+    assert re.findall(r"`([^`]+)`", folders) == expected
+    assert "Hugging Face hub" in hub and "network" in hub and "hub" not in folders
+
+
+RECIPE_LABEL = re.compile(r"(?<![\d.])0\.[234](?:\.0)?(?!\d)")
+
+
+def test_readme_says_what_the_recipe_labels_are_before_using_them() -> None:
+    """The README's first paragraph that names a release's recipe ("0.2", "0.3", 0.4.0) says what
+    each of them is."""
+    paragraphs = re.split(r"\n\s*\n", (ROOT / "README.md").read_text("utf-8"))
+    first = next(p for p in paragraphs if RECIPE_LABEL.search(p))
+    first = " ".join(first.split())
+    assert '"0.3" is' in first and '"0.2" the recipe before the search' in first
+    assert "the defaults since 0.4.0" in first
+
+
+def test_benchmarks_name_code_where_it_is() -> None:
+    """docs/results/benchmarks.md names code at today's paths (its opening paragraph maps the old
+    names, and commands are quoted as they were run): in its sections' prose, a `path.py`
+    followed by a `name` defines that name; a `Class.attr` is a class of the package with that
+    attribute in its file; a `module.Name` is defined in a module of that name; and a snake_case
+    `name` is the package's (defined, or a key it writes) or torch's."""
+    page = ROOT / "docs" / "results" / "benchmarks.md"
+    prose, fenced = [], False
+    for line in page.read_text("utf-8").split("\n## ", 1)[1].splitlines():
+        if FENCE.match(line.strip()):
+            fenced = not fenced
+        elif not fenced:
+            prose.append(line)
+    text = " ".join(" ".join(prose).split())
+    sources = {p: p.read_text("utf-8") for p in sorted((ROOT / "seq2seq").rglob("*.py"))}
+
+    def defines(source: str, name: str) -> bool:
+        return bool(
+            re.search(rf"^\s*(?:(?:async )?def|class) {name}\b|^\s*{name}\s*[:=]", source, re.M)
+        )
+
+    wrong = []
+    for path, name in re.findall(r"`([\w/]+\.py)`:? \(?`(\w+)`", text):
+        if not defines((ROOT / path).read_text("utf-8"), name):
+            wrong.append(f"{path} {name}")
+    for cls, attr in re.findall(r"`([A-Z]\w*)\.(\w+)`", text):
+        files = [source for source in sources.values() if defines(source, cls)]
+        if not any(defines(source, attr) for source in files):
+            wrong.append(f"{cls}.{attr}")
+    for module, name in re.findall(r"`([a-z]\w*)\.([A-Z]\w*)`", text):
+        files = [source for path, source in sources.items() if path.stem == module]
+        if module not in ("nn", "torch") and not any(defines(s, name) for s in files):
+            wrong.append(f"{module}.{name}")
+    for name in re.findall(r"`(_?[a-z][a-z0-9]*(?:_[a-z0-9]+)+)`", text):
+        if all(len(part) == 1 for part in name.strip("_").split("_")):  # a symbol: w_v, s_t
+            continue
+        ours = any(defines(s, name) or f'"{name}"' in s for s in sources.values())
+        if not ours and not hasattr(torch, name) and not hasattr(torch.Tensor, name):
+            wrong.append(name)
+    assert wrong == [], f"benchmarks.md names code that is not where it says: {sorted(set(wrong))}"
+
+
+def test_markdown_files_the_code_names_exist() -> None:
+    """A Markdown file a module, script or tool names by its bare name ("see DESIGN.md") is one of
+    this repository's (the design notes beside a checkout are not, so code cites the pages here)."""
+    pages = {Path(path).name for path in tracked("*.md")}
+    missing = sorted(
+        f"{source.relative_to(ROOT)}: {name}"
+        for source in [
+            *sorted(ROOT.glob("seq2seq/**/*.py")),
+            *sorted(ROOT.glob("scripts/*.py")),
+            *TOOLS,
+        ]
+        for name in re.findall(r"(?<![\w/.-])([\w-]+\.md)\b", source.read_text("utf-8"))
+        if name not in pages
+    )
+    assert missing == [], f"Markdown files named in code that are not in the repository: {missing}"
