@@ -1,5 +1,6 @@
-"""What a metric difference means to people: the share of human judges expected to agree with the
-metric on which of two systems is better, given the size of the difference.
+"""What a metric difference means to people: Kocmi et al.'s accuracy at that difference, the share of
+system pairs that the metric orders as human judges do, given the size of the difference (not a share
+of judges: each pair's human ranking is one verdict, from many judgements).
 
 The fit is Kocmi, Zouhar, Federmann and Post (2024), "Navigating the Metrics Maze: Reconciling Score
 Magnitudes and Accuracies", ACL 2024 (Long Papers), pages 1999-2014,
@@ -22,10 +23,10 @@ What it is, and what it is not:
 - The fit is over the 6,530 system pairs of ToShip23, the paper's large set of human evaluations of
   MT systems across many language pairs (with WMT's human evaluations as a check), not over Multi30k
   nor over small research models. It transfers to our pairs only as an estimate.
-- It says how often humans would agree with the metric's direction at that difference, not whether the
-  difference is real: that is the paired tests' question (`seq2seq.study.report`). A large difference
-  can be seed noise, and a significant one can be too small for people to notice.
-- The sign of delta only says which system the metric prefers; the agreement is the same either way
+- It says how often the human ranking agrees with the metric's direction at that difference, not
+  whether the difference is real: that is the significance tests' question (`seq2seq.study.report`).
+  A large difference can be seed noise, and a significant one can be too small for people to notice.
+- The sign of delta only says which system the metric prefers; the accuracy is the same either way
   (the fit is used at |delta|), and it concerns the system ahead on the metric.
 - The fit has no floor at 50%: below |delta| 0.27 BLEU or 0.14 chrF it falls under a coin toss (44%
   for BLEU at 0), which means the metric's direction tells nothing, not that people prefer the other
@@ -48,25 +49,25 @@ COIN_TOSS = 0.5  # below it the fit says the metric's direction is no better tha
 
 def _fit(metric: str) -> tuple[float, float]:
     if metric not in FITS:
-        raise ValueError(f"no published agreement fit for metric {metric!r}; known: {sorted(FITS)}")
+        raise ValueError(f"no published accuracy fit for metric {metric!r}; known: {sorted(FITS)}")
     a, b = FITS[metric]
     return a / 100, b
 
 
-def human_agreement(metric: str, delta: float) -> float:
-    """The share of human judges (0..1) expected to agree with `metric` ("bleu" or "chrf") on which of
-    two systems is better, when their scores differ by `delta` points; the same for -delta (it
-    concerns whichever system the metric puts ahead)."""
+def pairwise_accuracy(metric: str, delta: float) -> float:
+    """Kocmi et al.'s accuracy (0..1) of `metric` ("bleu" or "chrf") at a difference of `delta`
+    points: the share of system pairs that differ by that much in which the human ranking puts ahead
+    the system the metric puts ahead; the same for -delta."""
     a, b = _fit(metric)
     return a / (1 + math.exp(-b * abs(delta)))
 
 
-def delta_for(metric: str, agreement: float) -> float:
-    """The smallest difference in `metric` at which the fit reaches `agreement` (0..1); the inverse of
-    `human_agreement` on delta >= 0. Raises ValueError where the fit never reaches it."""
+def delta_for(metric: str, accuracy: float) -> float:
+    """The smallest difference in `metric` at which the fit reaches `accuracy` (0..1); the inverse of
+    `pairwise_accuracy` on delta >= 0. Raises ValueError where the fit never reaches it."""
     a, b = _fit(metric)
-    if not a / 2 <= agreement < a:
+    if not a / 2 <= accuracy < a:
         raise ValueError(
-            f"{metric}: the fit ranges over [{a / 2:.4f}, {a:.4f}); {agreement} is outside it"
+            f"{metric}: the fit ranges over [{a / 2:.4f}, {a:.4f}); {accuracy} is outside it"
         )
-    return -math.log(a / agreement - 1) / b
+    return -math.log(a / accuracy - 1) / b

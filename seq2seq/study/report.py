@@ -1,19 +1,25 @@
 """A study's report, built from its folder alone (study.json, runs/*/result.json and hypotheses).
 
 For each variant: mean, sample standard deviation and 95% confidence interval over seeds (Student's t)
-of every figure. For each pair of variants, paired significance of BLEU from sacrebleu's own tests
-(`sacrebleu.significance.PairedTest`: paired bootstrap resampling, 1,000 resamples, and approximate
-randomization, 10,000 trials, as `sacrebleu --paired-bs` / `--paired-ar` run them, with sacrebleu's
-seed): seed k of one variant against seed k of the other, and once over all seeds together, each
-variant's outputs concatenated seed by seed and paired sentence by sentence (Clark et al. 2011 report
-mean and deviation over runs and a test over runs and sentences together). The first variant of the
-spec is the baseline of each test's line; the tests are two-sided. Each p-value is shown beside its
-Holm adjustment over every line of the table (bootstrap and approximate randomization each a family:
-two tests of the same hypotheses), and only adjusted p-values below `ALPHA` are set in bold: a
-table of many tests finds some p < 0.05 by chance alone. Beside each line's BLEU and chrF differences,
-the share of human judges expected to agree on which system is better at that difference
-(`seq2seq.study.agreement`: the published fit of Kocmi et al. 2024), what the difference means to
-people beside whether it is noise.
+of every figure. For each pair of variants, two questions about the BLEU difference:
+
+- would it hold on other test sentences, the trained models fixed? Paired bootstrap resampling
+  (1,000 resamples) and approximate randomization (10,000 trials) over source sentences
+  (`seq2seq.study.paired`: sacrebleu's tests, its seed and counts): seed k of one variant against seed
+  k of the other, and once over all common seeds together, where each resample draws source
+  sentences with every seed's outputs of them (one draw for every seed), since the seeds translate
+  the same sentences;
+- would it hold over other training runs? Welch's t over the two variants' per-seed BLEU
+  (`seq2seq.study.welch`), on the all-seeds line: the training noise between seeds.
+
+Clark et al. 2011 report mean and deviation over runs and a test over runs and sentences together.
+The first variant of the spec is the baseline of each test's line; the tests are two-sided. Each
+p-value is shown beside its Holm adjustment over every line of the table that has one (bootstrap,
+approximate randomization and Welch each a family), and only adjusted p-values below `ALPHA` are set
+in bold: a table of many tests finds some p < 0.05 by chance alone. Beside each line's BLEU and chrF
+differences, Kocmi et al. 2024's accuracy at that difference (`seq2seq.study.agreement`: the share of
+system pairs that the metric orders as human judges do, from their published fit), what the
+difference means to people beside whether it is noise.
 
 `others` (`study.py report DIR --with DIR2`): the finished runs of other study folders join the
 report as variants `<DIR2's name>/<variant>`, tested against this study's variants seed k against
@@ -32,9 +38,11 @@ from typing import Any
 
 from seq2seq.atomic import atomic_write, atomic_write_text
 from seq2seq.errors import UserError
-from seq2seq.study.agreement import COIN_TOSS, delta_for, human_agreement
+from seq2seq.study.agreement import COIN_TOSS, delta_for, pairwise_accuracy
 from seq2seq.study.layout import Study
+from seq2seq.study.paired import TESTS, paired_p_values
 from seq2seq.study.spec import Run, StudySpec
+from seq2seq.study.welch import welch_test
 
 # Figures reported per variant: (key in result.json, column title, digits).
 FIGURES = (
@@ -48,7 +56,6 @@ FIGURES = (
     ("train_hours", "hours", 2),
     ("tokens_per_sec", "tokens/s", 0),
 )
-TESTS = {"bs": 1000, "ar": 10000}  # sacrebleu's CLI defaults: resamples, trials
 ALPHA = 0.05  # Holm-adjusted p-values below it are set in bold
 # Student's t at 0.975 for 1..30 degrees of freedom (two-sided 95%); beyond 30 the Cornish-Fisher
 # expansion below agrees with the exact quantile to 1e-4.
@@ -133,33 +140,17 @@ def referenced_runs(
     return names, results
 
 
-def paired_p_values(baseline: list[str], system: list[str], refs: list[str]) -> dict[str, float]:
-    """Two-sided p-values of the BLEU difference from sacrebleu's paired tests (its seed, its
-    default sample counts)."""
-    from sacrebleu.metrics import BLEU
-    from sacrebleu.significance import PairedTest
-
-    p_values = {}
-    for test, samples in TESTS.items():
-        metric = BLEU(references=[refs])  # references cached in the metric, as the CLI does
-        paired = PairedTest(
-            [("baseline", baseline), ("system", system)], {"BLEU": metric}, references=None,
-            test_type=test, n_samples=samples,
-        )  # fmt: skip
-        _, scores = paired()
-        p_values[test] = float(scores["BLEU"][1].p_value)
-    return p_values
-
-
 def significance(
     pairs: list[tuple[str, str]],
     seeds: list[int],
     results: dict[Run, dict[str, Any]],
     refs: list[str],
 ) -> list[dict[str, Any]]:
-    """For each pair of variants: seed k against seed k, and all common seeds concatenated; each
-    test's p-values also Holm-adjusted over every row (bootstrap and AR each a family). Beside the
-    BLEU and chrF differences, the share of human judges expected to agree on the better system."""
+    """For each pair of variants: seed k against seed k, and all common seeds together, tested over
+    source sentences (the all-seeds line resamples each sentence with every seed's outputs of it),
+    and on the all-seeds line Welch's t over the per-seed BLEU of the lines above it. Each test's
+    p-values are also Holm-adjusted over the rows that have one (bootstrap, AR and Welch each a
+    family). Beside the BLEU and chrF differences, Kocmi et al.'s accuracy at that difference."""
     from sacrebleu.metrics import BLEU, CHRF
 
     rows = []
@@ -168,30 +159,44 @@ def significance(
         groups = [([s], str(s)) for s in common]
         if len(common) >= 2:
             groups.append((common, "all"))
+        per_seed: dict[str, list[float]] = {"a": [], "b": []}  # BLEU of each seed's line
         for group, label in groups:
-            hyps_a = [line for s in group for line in results[Run(a, s)]["hyps"]]
-            hyps_b = [line for s in group for line in results[Run(b, s)]["hyps"]]
+            by_seed_a = [results[Run(a, s)]["hyps"] for s in group]
+            by_seed_b = [results[Run(b, s)]["hyps"] for s in group]
+            for seed, hyps in zip([*group, *group], [*by_seed_a, *by_seed_b], strict=True):
+                if len(hyps) != len(refs):
+                    raise UserError(f"{a}/{b} seed {seed}: {len(hyps)} hypotheses for "
+                                    f"{len(refs)} references")  # fmt: skip
+            hyps_a = [line for hyps in by_seed_a for line in hyps]  # seed by seed, in seed order
+            hyps_b = [line for hyps in by_seed_b for line in hyps]
             refs_all = refs * len(group)
-            for hyps in (hyps_a, hyps_b):
-                if len(hyps) != len(refs_all):
-                    raise UserError(f"{a}/{b} seeds {label}: {len(hyps)} hypotheses for "
-                                    f"{len(refs_all)} references")  # fmt: skip
             bleu, chrf = BLEU(), CHRF()
             score_a = bleu.corpus_score(hyps_a, [refs_all]).score
             score_b = bleu.corpus_score(hyps_b, [refs_all]).score
             chrf_a = chrf.corpus_score(hyps_a, [refs_all]).score
             chrf_b = chrf.corpus_score(hyps_b, [refs_all]).score
-            p = paired_p_values(hyps_a, hyps_b, refs_all)
+            p = paired_p_values(by_seed_a, by_seed_b, refs)
+            welch = welch_test(per_seed["a"], per_seed["b"]) if label == "all" else None
+            if label != "all":
+                per_seed["a"].append(score_a)
+                per_seed["b"].append(score_b)
             rows.append({"baseline": a, "system": b, "seeds": label, "bleu_baseline": score_a,
                          "bleu_system": score_b, "delta": score_b - score_a,
-                         "bleu_agreement": human_agreement("bleu", score_b - score_a),
+                         "bleu_accuracy": pairwise_accuracy("bleu", score_b - score_a),
                          "chrf_baseline": chrf_a, "chrf_system": chrf_b,
                          "chrf_delta": chrf_b - chrf_a,
-                         "chrf_agreement": human_agreement("chrf", chrf_b - chrf_a),
-                         "p_bs": p["bs"], "p_ar": p["ar"]})  # fmt: skip
-    for test in TESTS:
-        for row, adjusted in zip(rows, holm([row[f"p_{test}"] for row in rows]), strict=True):
-            row[f"p_{test}_holm"] = adjusted
+                         "chrf_accuracy": pairwise_accuracy("chrf", chrf_b - chrf_a),
+                         "p_bs": p["bs"], "p_ar": p["ar"],
+                         "welch_t": welch["t"] if welch else None,
+                         "welch_df": welch["df"] if welch else None,
+                         "p_welch": welch["p"] if welch else None})  # fmt: skip
+    for test in [*TESTS, "welch"]:
+        family = [row for row in rows if row[f"p_{test}"] is not None]
+        adjusted = holm([row[f"p_{test}"] for row in family])
+        for row in rows:
+            row[f"p_{test}_holm"] = None
+        for row, value in zip(family, adjusted, strict=True):
+            row[f"p_{test}_holm"] = value
     return rows
 
 
@@ -248,13 +253,19 @@ def build_report(study: Study, others: list[Study] | None = None) -> list[Path]:
     return paths
 
 
-def _p(value: float) -> str:
+def _p(value: float | None) -> str:
+    if value is None:
+        return "-"
     return f"**{value:.4f}**" if value < ALPHA else f"{value:.4f}"
 
 
-def _judged(delta: float, agreement: float) -> str:
-    """A difference with its share of agreeing judges: `+1.48 (~66%)`, or `+0.10 (coin toss)`."""
-    share = f"~{agreement:.0%}" if agreement >= COIN_TOSS else "coin toss"
+def _raw_p(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _judged(delta: float, accuracy: float) -> str:
+    """A difference with Kocmi et al.'s accuracy at it: `+1.48 (~66%)`, or `+0.10 (coin toss)`."""
+    share = f"~{accuracy:.0%}" if accuracy >= COIN_TOSS else "coin toss"
     return f"{delta:+.2f} ({share})"
 
 
@@ -295,44 +306,8 @@ def markdown(study: Study, spec: StudySpec, report: dict[str, Any]) -> str:
         cells = [_cell(figures[key], digits) for key, _, digits in shown]
         seeds = " ".join(map(str, figures["seeds"]))
         lines.append(f"| {name} | {seeds} | " + " | ".join(cells) + " |")
+    lines += significance_table(report["significance"])
     lines += [
-        "",
-        "## Paired significance of BLEU (sacrebleu: bootstrap 1,000, approximate randomization "
-        "10,000; two-sided)",
-        "",
-        "| baseline | system | seeds | BLEU baseline | BLEU system | BLEU delta (judges) | chrF delta "
-        "(judges) | p (bootstrap) | Holm | p (AR) | Holm |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for row in report["significance"]:
-        lines.append(
-            f"| {row['baseline']} | {row['system']} | {row['seeds']} | {row['bleu_baseline']:.2f} | "
-            f"{row['bleu_system']:.2f} | {_judged(row['delta'], row['bleu_agreement'])} | "
-            f"{_judged(row['chrf_delta'], row['chrf_agreement'])} | {row['p_bs']:.4f} | "
-            f"{_p(row['p_bs_holm'])} | {row['p_ar']:.4f} | {_p(row['p_ar_holm'])} |"
-        )
-    count = len(report["significance"])
-    note = (
-        f"Holm: the p-value before it adjusted by Holm's method over the {count} test(s) of this "
-        f"table, bootstrap and AR each a family. Bold: adjusted p < {ALPHA}, a difference that "
-        "holds with every test of the table taken into account."
-    )
-    note += (
-        " Judges: the share of human judges expected to agree with the metric on which system is "
-        "better at that difference (whichever it puts ahead), from the fit of Kocmi et al. 2024 "
-        '(ACL, "Navigating the Metrics Maze"; github.com/kocmitom/MT-Thresholds) over the system '
-        "pairs of their human evaluations; what a difference means to people, not whether it is "
-        "noise. `coin toss`: the fit falls below 50%, under "
-        f"{delta_for('bleu', COIN_TOSS):.2f} BLEU or {delta_for('chrf', COIN_TOSS):.2f} chrF."
-    )
-    if any(row["seeds"] == "all" for row in report["significance"]):
-        note = (
-            "`all`: each variant's hypotheses of every seed concatenated in seed order, paired "
-            f"sentence by sentence and seed by seed. {note}"
-        )
-    lines += [
-        "",
-        note,
         "",
         "## Runs",
         "",
@@ -354,6 +329,55 @@ def markdown(study: Study, spec: StudySpec, report: dict[str, Any]) -> str:
     lines += ["", f"Signatures: BLEU `{first['bleu_signature']}`, chrF `{first['chrf_signature']}`.",
               "Flags of each run: `report.json` (`runs[].flags`).", ""]  # fmt: skip
     return "\n".join(lines)
+
+
+def significance_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The paired tests' section of the report, its table and the note under it, as lines."""
+    lines = [
+        "",
+        "## Significance of BLEU (over source sentences: bootstrap 1,000, approximate randomization "
+        "10,000; over seeds: Welch's t; two-sided)",
+        "",
+        "| baseline | system | seeds | BLEU baseline | BLEU system | BLEU delta (accuracy) | chrF "
+        "delta (accuracy) | p (bootstrap) | Holm | p (AR) | Holm | p (Welch, seeds) | Holm |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['baseline']} | {row['system']} | {row['seeds']} | {row['bleu_baseline']:.2f} | "
+            f"{row['bleu_system']:.2f} | {_judged(row['delta'], row['bleu_accuracy'])} | "
+            f"{_judged(row['chrf_delta'], row['chrf_accuracy'])} | {_raw_p(row['p_bs'])} | "
+            f"{_p(row['p_bs_holm'])} | {_raw_p(row['p_ar'])} | {_p(row['p_ar_holm'])} | "
+            f"{_raw_p(row.get('p_welch'))} | {_p(row.get('p_welch_holm'))} |"
+        )
+    counts = {test: sum(row.get(f"p_{test}") is not None for row in rows) for test in TESTS}
+    welch = sum(row.get("p_welch") is not None for row in rows)
+    note = (
+        "Bootstrap and AR resample source sentences: would the difference hold on other test "
+        "sentences, the trained models fixed? Holm: the p-value before it adjusted by Holm's method "
+        f"over the {counts['bs']} bootstrap, {counts['ar']} AR and {welch} Welch test(s) of this "
+        f"table, each test a family. Bold: adjusted p < {ALPHA}, a difference that holds with every "
+        "test of its family taken into account."
+    )
+    note += (
+        " Accuracy: Kocmi et al. 2024's pairwise accuracy at that difference, the share of system "
+        "pairs in which the metric orders the two systems as human judges do (whichever it puts "
+        'ahead), from their fit (ACL, "Navigating the Metrics Maze"; '
+        "github.com/kocmitom/MT-Thresholds) over the system pairs of their human evaluations; what "
+        "a difference means to people, not whether it is noise. `coin toss`: the fit falls below "
+        f"50%, under {delta_for('bleu', COIN_TOSS):.2f} BLEU or "
+        f"{delta_for('chrf', COIN_TOSS):.2f} chrF."
+    )
+    if any(row["seeds"] == "all" for row in rows):
+        note = (
+            "`all`: each variant's hypotheses of every seed concatenated in seed order for its "
+            "BLEU and chrF; each bootstrap resample or AR trial draws or swaps source sentences "
+            "with every seed's outputs of them at once (one draw for every seed). Welch, on the "
+            "`all` line: Welch's t over the two variants' per-seed BLEU (the seed lines above it): "
+            "would the difference hold over other training runs, given how far the seeds spread? "
+            f"{note}"
+        )
+    return [*lines, "", note]
 
 
 def plot(report: dict[str, Any], path: Path) -> None:

@@ -67,8 +67,8 @@ def test_report_lists_a_runs_commits_in_sitting_order_and_explains_all_only_when
     figures["bleu"] = summarize([30.0])
     report = {"variants": {"a": {**figures, "seeds": [1]}}, "runs": runs}
     row = {"baseline": "a", "system": "b", "seeds": "1", "bleu_baseline": 30.0,
-           "bleu_system": 31.0, "delta": 1.0, "bleu_agreement": 0.64, "chrf_baseline": 50.0,
-           "chrf_system": 51.0, "chrf_delta": 1.0, "chrf_agreement": 0.71, "p_bs": 0.2,
+           "bleu_system": 31.0, "delta": 1.0, "bleu_accuracy": 0.64, "chrf_baseline": 50.0,
+           "chrf_system": 51.0, "chrf_delta": 1.0, "chrf_accuracy": 0.71, "p_bs": 0.2,
            "p_ar": 0.01, "p_bs_holm": 0.4, "p_ar_holm": 0.02}  # fmt: skip
     spec = StudySpec(variants={"a": [], "b": []}, seeds=[1])
 

@@ -1,7 +1,7 @@
 """The report's multiple-testing correction (Holm) against a hand computation, a report that takes
 the finished runs of another study folder in by reference (`study.py report DIR --with DIR2`), on
-committed-style result folders written by hand, and the share of human judges beside each difference
-(Kocmi et al. 2024's fit) against the thresholds the paper publishes."""
+committed-style result folders written by hand, and Kocmi et al. 2024's accuracy beside each
+difference (their fit) against the thresholds the paper publishes."""
 
 import json
 from pathlib import Path
@@ -10,7 +10,7 @@ import pytest
 
 from seq2seq.commands import study as study_script
 from seq2seq.decoding.metrics import corpus_bleu, corpus_chrf
-from seq2seq.study.agreement import COIN_TOSS, delta_for, human_agreement
+from seq2seq.study.agreement import COIN_TOSS, delta_for, pairwise_accuracy
 from seq2seq.study.report import holm
 
 
@@ -116,35 +116,35 @@ PUBLISHED = {
 @pytest.mark.parametrize("metric", ["bleu", "chrf"])
 def test_agreement_reproduces_the_published_thresholds(metric):
     for accuracy, delta in PUBLISHED[metric].items():
-        assert human_agreement(metric, delta) == pytest.approx(accuracy, abs=0.01), (
+        assert pairwise_accuracy(metric, delta) == pytest.approx(accuracy, abs=0.01), (
             delta,
             accuracy,
         )
         assert delta_for(metric, accuracy) == pytest.approx(delta, abs=0.006)  # printed rounded
-    assert human_agreement("bleu", 1.06) == pytest.approx(0.65, abs=0.01)
-    assert human_agreement("bleu", 3.35) == pytest.approx(0.85, abs=0.01)
+    assert pairwise_accuracy("bleu", 1.06) == pytest.approx(0.65, abs=0.01)
+    assert pairwise_accuracy("bleu", 3.35) == pytest.approx(0.85, abs=0.01)
 
 
 def test_agreement_grows_with_the_difference_and_ignores_its_sign():
     deltas = [0.0, 0.1, 0.27, 0.5, 1.0, 1.06, 2.0, 3.35, 5.0, 10.0, 30.0]
     for metric in ("bleu", "chrf"):
-        shares = [human_agreement(metric, d) for d in deltas]
+        shares = [pairwise_accuracy(metric, d) for d in deltas]
         assert all(a < b for a, b in zip(shares, shares[1:], strict=False)), (metric, shares)
         # a system behind by delta: the same share of judges agree that the other one is better
-        assert [human_agreement(metric, -d) for d in deltas] == shares
+        assert [pairwise_accuracy(metric, -d) for d in deltas] == shares
         assert 0.4 < shares[0] < COIN_TOSS and shares[-1] < 0.94  # the fit's floor and ceiling
     # BLEU never reaches 90% in the fit; chrF does (the paper's table: "-" and 3.05)
     with pytest.raises(ValueError, match="bleu: the fit ranges over"):
         delta_for("bleu", 0.90)
-    with pytest.raises(ValueError, match="no published agreement fit for metric 'ter'"):
-        human_agreement("ter", 1.0)
+    with pytest.raises(ValueError, match="no published accuracy fit for metric 'ter'"):
+        pairwise_accuracy("ter", 1.0)
 
 
-def test_the_report_shows_the_judges_beside_each_bleu_and_chrf_difference(tiny_corpus, tmp_path):
+def test_the_report_shows_the_accuracy_beside_each_bleu_and_chrf_difference(tiny_corpus, tmp_path):
     from seq2seq.study.layout import Study
     from seq2seq.study.report import markdown
 
-    folder = tmp_path / "judges"
+    folder = tmp_path / "accuracy"
     write_study(folder, tiny_corpus, {"base": 0, "cut": 2}, [1, 2])  # `cut` drops final words
     assert study_script.main(["report", str(folder)]) == 0
     report = json.loads((folder / "report.json").read_text())
@@ -166,21 +166,59 @@ def test_the_report_shows_the_judges_beside_each_bleu_and_chrf_difference(tiny_c
             chrf[side] = corpus_chrf(hyps, refs * len(seeds)).value
         assert row["chrf_baseline"] == pytest.approx(chrf["baseline"])
         assert row["chrf_delta"] == pytest.approx(chrf["system"] - chrf["baseline"])
-        assert row["bleu_agreement"] == human_agreement("bleu", row["delta"])
-        assert row["chrf_agreement"] == human_agreement("chrf", row["chrf_delta"])
-        assert row["delta"] < -1 and row["chrf_delta"] < -1  # cut words: judges would notice
+        assert row["bleu_accuracy"] == pairwise_accuracy("bleu", row["delta"])
+        assert row["chrf_accuracy"] == pairwise_accuracy("chrf", row["chrf_delta"])
+        assert row["delta"] < -1 and row["chrf_delta"] < -1  # cut words: humans would notice
         line = next(
             x for x in text.splitlines() if x.startswith(f"| base | cut | {row['seeds']} |")
         )
-        bleu = f"{row['delta']:+.2f} (~{round(100 * row['bleu_agreement'])}%)"
-        chrf_cell = f"{row['chrf_delta']:+.2f} (~{round(100 * row['chrf_agreement'])}%)"
+        bleu = f"{row['delta']:+.2f} (~{round(100 * row['bleu_accuracy'])}%)"
+        chrf_cell = f"{row['chrf_delta']:+.2f} (~{round(100 * row['chrf_accuracy'])}%)"
         assert f"| {bleu} | {chrf_cell} |" in line, line
-    assert "| BLEU delta (judges) | chrF delta (judges) |" in text
+    assert "| BLEU delta (accuracy) | chrF delta (accuracy) |" in text
+    assert "judges expected to agree" not in text and "share of system pairs" in text
     assert "github.com/kocmitom/MT-Thresholds" in text and "under 0.27 BLEU or 0.14 chrF" in text
 
     # A difference the fit puts under 50% is shown as a coin toss, not as judges preferring the other
-    small = {**rows[0], "delta": 0.2, "bleu_agreement": human_agreement("bleu", 0.2),
-             "chrf_delta": -0.3, "chrf_agreement": human_agreement("chrf", -0.3)}  # fmt: skip
+    small = {**rows[0], "delta": 0.2, "bleu_accuracy": pairwise_accuracy("bleu", 0.2),
+             "chrf_delta": -0.3, "chrf_accuracy": pairwise_accuracy("chrf", -0.3)}  # fmt: skip
     spec = Study(folder).load_spec()
     text = markdown(Study(folder), spec, {**report, "significance": [small]})
     assert "| +0.20 (coin toss) | -0.30 (~54%) |" in text
+
+
+def test_the_all_seeds_line_tests_over_sentences_and_over_seeds(tiny_corpus, tmp_path):
+    # The `all` line: BLEU of every seed's outputs together, the paired tests resampling source
+    # sentences with each seed's outputs of them, and Welch's t over the seed lines' BLEU.
+    from seq2seq.study.paired import paired_p_values
+    from seq2seq.study.welch import welch_test
+
+    folder = tmp_path / "seeds"
+    write_study(folder, tiny_corpus, {"base": 0, "cut": 1}, [1, 2, 3])
+    refs = (tiny_corpus / "test.en").read_text().splitlines()
+    for s in (1, 2, 3):  # seeds that differ: seed s of `cut` drops a word from 4 * s sentences
+        hyps = [" ".join(r.split()[:-1]) if i < 4 * s else r for i, r in enumerate(refs)]
+        (folder / "runs" / f"cut-seed{s}" / "test.hyp").write_text("\n".join(hyps) + "\n")
+    assert study_script.main(["report", str(folder)]) == 0
+    report = json.loads((folder / "report.json").read_text())
+    rows = {row["seeds"]: row for row in report["significance"]}
+    hyps = {(v, s): (folder / "runs" / f"{v}-seed{s}" / "test.hyp").read_text().splitlines()
+            for v in ("base", "cut") for s in (1, 2, 3)}  # fmt: skip
+    expected = paired_p_values([hyps["base", s] for s in (1, 2, 3)],
+                               [hyps["cut", s] for s in (1, 2, 3)], refs)  # fmt: skip
+    assert (rows["all"]["p_bs"], rows["all"]["p_ar"]) == (expected["bs"], expected["ar"])
+    welch = welch_test([rows[s]["bleu_baseline"] for s in "123"],
+                       [rows[s]["bleu_system"] for s in "123"])  # fmt: skip
+    assert rows["all"]["p_welch"] == pytest.approx(welch["p"])
+    assert rows["all"]["welch_df"] == pytest.approx(welch["df"])
+    # one Welch test in the table: its Holm adjustment is itself; the seed lines have none
+    assert rows["all"]["p_welch_holm"] == rows["all"]["p_welch"]
+    assert all(rows[s]["p_welch"] is None and rows[s]["p_welch_holm"] is None for s in "123")
+    text = (folder / "report.md").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("| base | cut | all |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[-2:] == [f"{welch['p']:.4f}", f"**{welch['p']:.4f}**" if welch["p"] < 0.05
+                          else f"{welch['p']:.4f}"]  # fmt: skip
+    seed_line = next(x for x in text.splitlines() if x.startswith("| base | cut | 1 |"))
+    assert seed_line.endswith("| - | - |")
+    assert "| p (Welch, seeds) | Holm |" in text and "one draw for every seed" in text
