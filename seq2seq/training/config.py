@@ -10,8 +10,15 @@ and hparams.yaml stay flat, and each layer is handed the whole config typed as i
 Precedence: dataclass defaults < `--config FILE` (YAML of the same keys) < explicit flags. Dashes and
 underscores are interchangeable in YAML keys; an unknown key is an error. The library below takes plain
 values and names its settings in errors (`name`); `parse_args` spells them as flags (--name).
+
+A recipe setting (`seq2seq.recipes`: `lr`, `dropout`, `batch_tokens`, ...) left unset follows `model`:
+`TrainConfig(model="transformer")` and `dataclasses.replace(TrainConfig(), model="transformer")` both
+train the Transformer's recipe, and a value given wins whatever the model. `validate` is the one place
+that settles them into plain values, which hparams.yaml and the checkpoints record.
 """
 
+import dataclasses
+import typing
 from dataclasses import dataclass
 from typing import Literal
 
@@ -23,12 +30,13 @@ from seq2seq.cli import (
     check_fields,
     cli_message,
     option,
+    per_model_fields,
 )
 from seq2seq.data.config import DataConfig
 from seq2seq.errors import UserError
 from seq2seq.models.config import ModelConfig
 from seq2seq.recipes import RECIPE
-from seq2seq.training.yaml_config import read_yaml
+from seq2seq.training.yaml_config import checked_value, read_yaml
 
 # Warm-up updates when --warmup-steps is not given, cut to a tenth of a shorter run's updates.
 DEFAULT_WARMUP = 500
@@ -67,6 +75,11 @@ class OptimConfig(ModelDefaults):
     guided_alignment_cost: Literal["ce", "mse"] = option(
         "ce", "guided-alignment loss: cross-entropy or squared error against the links"
     )
+
+    def check(self) -> None:
+        """The checks a range of `option` cannot state."""
+        if not 0.0 <= self.min_lr_ratio <= 1.0:  # below 0 the cosine would drive the rate negative
+            raise UserError(f"`min_lr_ratio` must be in [0, 1], got {self.min_lr_ratio}")
 
 
 @dataclass
@@ -147,10 +160,41 @@ class RunConfig(ModelDefaults):
     )
 
 
+class RecipeFloat(float):
+    """A float a `TrainConfig` took from its model's recipe, not given: it follows `model` through
+    `dataclasses.replace`. Pickled (a checkpoint, a copy) it is a plain float."""
+
+    def __reduce__(self) -> tuple:
+        return float, (float(self),)
+
+
+class RecipeInt(int):
+    """An int a `TrainConfig` took from its model's recipe (see `RecipeFloat`)."""
+
+    def __reduce__(self) -> tuple:
+        return int, (int(self),)
+
+
+RECIPE_TYPES: dict[type, type] = {float: RecipeFloat, int: RecipeInt}
+
+# The layers' settings TrainConfig is made of, lowest layer first; each checks its own (`check`).
+PARTS = (ModelConfig, DataConfig, OptimConfig, ValidationConfig, RunConfig)
+
+
 # The flags' order in --help and hparams.yaml: dataclass fields come base class last to first.
 @dataclass
 class TrainConfig(RunConfig, ValidationConfig, OptimConfig, DataConfig, ModelConfig):
     """Every setting of a training run: the union of the layers' settings, flat."""
+
+    def __post_init__(self) -> None:
+        # A recipe setting left unset, or taken from the recipe of the `model` this config was
+        # copied from, takes this model's value, marked as the recipe's (`RecipeFloat`).
+        for name in per_model_fields(type(self)):
+            value = getattr(self, name)
+            if value is None or isinstance(value, RecipeFloat | RecipeInt):
+                defaults = self.__dataclass_fields__[name].metadata["per_model"]
+                default = defaults.get(self.model, next(iter(defaults.values())))
+                setattr(self, name, RECIPE_TYPES[type(default)](default))
 
     @property
     def name(self) -> str:
@@ -159,24 +203,43 @@ class TrainConfig(RunConfig, ValidationConfig, OptimConfig, DataConfig, ModelCon
             return self.run_name
         return "transformer" if self.model == "transformer" else f"rnn-{self.score}"
 
+    def check(self) -> None:
+        """Each part's own checks (`PARTS`), then those across parts. Called on the whole config,
+        a part's `check` alone would shadow the others'."""
+        for part_class in PARTS:
+            own = part_class.__dict__.get("check")
+            if own is not None:
+                own(self)
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise UserError(f"`max_steps` must be positive or -1, got {self.max_steps}")
+        if self.compile and self.model != "rnn":
+            raise UserError(
+                f"`compile` compiles the GRU decoder (--model rnn), not --model {self.model}"
+            )
+        if self.positions is not None and self.max_len > self.positions:
+            raise UserError(
+                f"`max_len` {self.max_len}: the Transformer has {self.positions + 1:,} positions, "
+                f"one of them for EOS or BOS; use --max-len {self.positions} or less"
+            )
+
 
 def validate(cfg: TrainConfig) -> TrainConfig:
-    """Each field's choices and range, each layer's own checks, then those across layers; a failure
-    names its setting (`name`; `parse_args` spells it --name)."""
+    """`cfg` checked and settled: each value's type (a library caller's config has not been through
+    argparse: `lr="1e-3"` is refused, `devices=2` read as "2", as in a YAML file), each field's choices
+    and range, each part's checks and those across parts (`TrainConfig.check`); a failure names its
+    setting (`name`; `parse_args` spells it --name). Returns the config with its recipe settings as
+    plain values (what hparams.yaml and the checkpoints record)."""
+    hints = typing.get_type_hints(TrainConfig)
+    values = {
+        f.name: checked_value(getattr(cfg, f.name), hints[f.name], f"`{f.name}`")
+        for f in dataclasses.fields(cfg)
+    }
+    for name, value in values.items():
+        if isinstance(value, RecipeFloat | RecipeInt):  # settled: it no longer follows `model`
+            values[name] = type(value).__mro__[1](value)
+    cfg = dataclasses.replace(cfg, **values)
     check_fields(cfg)
-    ModelConfig.check(cfg)
-    DataConfig.check(cfg)
-    if cfg.max_steps == 0 or cfg.max_steps < -1:
-        raise UserError(f"`max_steps` must be positive or -1, got {cfg.max_steps}")
-    if cfg.compile and cfg.model != "rnn":
-        raise UserError(
-            f"`compile` compiles the GRU decoder (--model rnn), not --model {cfg.model}"
-        )
-    if cfg.positions is not None and cfg.max_len > cfg.positions:
-        raise UserError(
-            f"`max_len` {cfg.max_len}: the Transformer has {cfg.positions + 1:,} positions, one of "
-            f"them for EOS or BOS; use --max-len {cfg.positions} or less"
-        )
+    cfg.check()
     return cfg
 
 

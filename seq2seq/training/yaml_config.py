@@ -73,13 +73,14 @@ def read_yaml(path: str, schema: type) -> dict[str, Any]:
         where = f"--config {path} line {line}"
         if name not in fields:
             raise UserError(f"{where}: unknown key {key!r}")
-        values[name] = _checked(data[key], hints[name], f"{where}: {key}")
+        values[name] = checked_value(data[key], hints[name], f"{where}: {key}")
     return values
 
 
-def _checked(value: Any, annotation: Any, what: str) -> Any:
+def checked_value(value: Any, annotation: Any, what: str) -> Any:
     """`value` if it fits `annotation` (int where float or str is expected becomes one), else a
-    UserError that starts with `what`."""
+    UserError that starts with `what`. The one rule for a YAML file's values and a library caller's
+    (`seq2seq.training.config.validate`)."""
     optional, kind = _unwrap(annotation)
     if value is None:
         if optional:

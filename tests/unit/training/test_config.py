@@ -2,6 +2,7 @@ import dataclasses
 import shlex
 
 import pytest
+import yaml
 
 from seq2seq.cli import check_fields, per_model_fields
 from seq2seq.data.config import DataConfig, order_fields
@@ -17,6 +18,7 @@ from seq2seq.training.config import (
     ValidationConfig,
     build_parser,
     parse_args,
+    validate,
 )
 from tests.conftest import ROOT
 
@@ -254,3 +256,65 @@ def test_train_refuses_a_library_callers_bad_config_before_writing(tmp_path) -> 
     with pytest.raises(UserError, match=r"^`word_dropout` must be in \[0, 1\), got 1.0$"):
         train(TrainConfig(word_dropout=1.0, log_dir=str(logs)))
     assert not logs.exists()
+
+
+@pytest.mark.parametrize("name", per_model_fields(TrainConfig))
+def test_a_config_copied_to_another_model_takes_that_models_recipe(name: str) -> None:
+    """dataclasses.replace builds the copy from the original's values: a recipe value taken, not
+    given, still follows `model` there; a given one stays."""
+    rnn = RECIPES["rnn"][name]
+    transformer = RECIPES["transformer"].get(name, rnn)  # emb_size: the Transformer has none
+    copied = dataclasses.replace(TrainConfig(), model="transformer")
+    assert getattr(copied, name) == transformer == getattr(TrainConfig(model="transformer"), name)
+    back = dataclasses.replace(copied, model="rnn")
+    assert getattr(back, name) == rnn
+    given = dataclasses.replace(TrainConfig(**{name: rnn}), model="transformer")
+    assert getattr(given, name) == rnn
+    assert getattr(validate(copied), name) == transformer
+
+
+def test_validate_settles_the_recipe_into_plain_values_for_hparams_and_checkpoints() -> None:
+    cfg = validate(TrainConfig(model="transformer"))
+    values = dataclasses.asdict(cfg)
+    assert all(type(values[n]) in (int, float) for n in per_model_fields(TrainConfig))
+    assert yaml.safe_load(yaml.safe_dump(values)) == values  # hparams.yaml writes plain YAML
+    # Settled, the values are the run's own: a copy to another model keeps them.
+    assert dataclasses.replace(cfg, model="rnn").lr == RECIPES["transformer"]["lr"]
+    assert parse_args(["--model", "transformer"]) == cfg
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"lr": "1e-3"}, r"^`lr` must be a number, got '1e-3'$"),
+        ({"max_steps": 2.5}, r"^`max_steps` must be a whole number, got 2.5$"),
+        ({"compile": "yes"}, r"^`compile` must be true or false, got 'yes'$"),
+        ({"min_lr_ratio": -0.5}, r"^`min_lr_ratio` must be in \[0, 1\], got -0.5$"),
+        ({"hidden_size": 63}, r"^`hidden_size` must be even"),
+        ({"src": "en", "tgt": "en"}, r"^`src` and `tgt` are both 'en'$"),
+    ],
+)
+def test_a_library_callers_bad_value_is_one_line_naming_it(settings, message) -> None:
+    with pytest.raises(UserError, match=message):
+        validate(TrainConfig(**settings))
+
+
+def test_a_library_callers_whole_numbers_serve_as_in_yaml() -> None:
+    cfg = validate(TrainConfig(devices=2, lr=1))
+    assert (cfg.devices, cfg.lr) == ("2", 1.0) and isinstance(cfg.lr, float)
+
+
+def test_a_negative_min_lr_ratio_is_refused_on_the_command_line() -> None:
+    with pytest.raises(UserError, match=r"^--min-lr-ratio must be in \[0, 1\], got -0.5$"):
+        parse_args(["--min-lr-ratio", "-0.5"])
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [({"hidden_size": 63}, "`hidden_size` must be even"), ({"tgt": "de"}, "`src` and `tgt`"),
+     ({"min_lr_ratio": 2.0}, "`min_lr_ratio`")],
+)  # fmt: skip
+def test_the_whole_configs_check_runs_every_parts_check(settings, message) -> None:
+    """A part's `check` alone would shadow the others' on the whole config."""
+    with pytest.raises(UserError, match=message):
+        TrainConfig(**settings).check()
