@@ -12,7 +12,7 @@ scaled.ckpt --out scorers.png`. The image is written whole or not at all.
 
 `--tensorboard DIR` also logs, for each checkpoint, the images training's `AttentionHeatmaps` logs
 (`align/<i>` teacher-forced and `align/<i>/greedy`, for the first `--sentences` short pairs of the
-split; seq2seq.training.heatmap_images) into the TensorBoard run `DIR/<checkpoint name>`:
+split) into the TensorBoard run `DIR/<checkpoint name>`:
 `tensorboard --logdir DIR` then shows a trained model's alignments without training it again.
 """
 
@@ -24,8 +24,10 @@ import numpy as np
 from matplotlib.image import imsave
 
 from seq2seq.atomic import atomic_write_bytes
+from seq2seq.checkpoint import read_checkpoint
 from seq2seq.cli import Parser, cli_message
-from seq2seq.decoding.attention_figure import PairChoice, attention_figure
+from seq2seq.decoding.attention_figure import PairChoice, attention_figure, pairs_of
+from seq2seq.decoding.loading import load_model
 from seq2seq.errors import UserError
 
 
@@ -68,16 +70,28 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 
 def log_heatmaps(path: str, choice: PairChoice, sentences: int, logdir: Path) -> Path:
-    """Training's heatmap images of the checkpoint, logged into the run `logdir/<its name>`."""
+    """Training's heatmap images of the checkpoint (`AttentionHeatmaps`, on the first `sentences`
+    short pairs of `choice.split`, the ones training would pick), logged at its global step into
+    the run `logdir/<its name>`; returns the run's folder."""
+    from datasets import Dataset
     from torch.utils.tensorboard import SummaryWriter
 
-    from seq2seq.training.heatmap_images import heatmap_images
+    from seq2seq.training.callbacks import AttentionHeatmaps
 
-    found = heatmap_images(path, choice, sentences)
+    checkpoint = read_checkpoint(path)
+    pairs = pairs_of(checkpoint, choice)
+    model, tokenizer = load_model(path)
+    src_ids, tgt_ids = tokenizer.encode_batch(pairs.src), tokenizer.encode_batch(pairs.tgt)
+    columns = {"index": list(range(len(pairs))), "src_ids": src_ids, "tgt_ids": tgt_ids}
+    columns |= {"src_len": list(map(len, src_ids)), "tgt_len": list(map(len, tgt_ids))}
+    heatmaps = AttentionHeatmaps(every_n_steps=1, sentences=sentences)
+    heatmaps.set_probes(Dataset.from_dict(columns), tokenizer)  # the pairs training would pick
+    step = int(checkpoint.get("global_step") or 0)  # an averaged checkpoint has none: 0
     run = logdir / Path(path).stem
     with SummaryWriter(run) as writer:
-        for tag, image in found.images:
-            writer.add_image(tag, image, found.step, dataformats="HWC")
+        for greedy in (False, True):
+            for tag, image in heatmaps.images(model, greedy):
+                writer.add_image(tag, image, step, dataformats="HWC")
     return run
 
 

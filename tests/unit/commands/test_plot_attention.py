@@ -1,6 +1,6 @@
 """scripts/plot_attention.py's panels, side by side, align on their tops over white; its image is
-checked before any work and written whole (the command on a trained checkpoint:
-tests/e2e/test_plot_attention.py)."""
+checked before any work and written whole (the command on a trained checkpoint, its TensorBoard
+images too: tests/e2e/test_plot_attention.py)."""
 
 import os
 from pathlib import Path
