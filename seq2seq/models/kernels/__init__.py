@@ -56,9 +56,12 @@ def accelerate(model: nn.Module, compile: bool = False) -> nn.Module:
         compile: also compile the GRU translator's decoder loops (`--compile`; RNNSeq2Seq only).
 
     Returns:
-        `model` itself, its submodules swapped for their kernels (calling it again changes nothing);
-        with `compile`, a `CompiledRNN` that runs it and offers the same interface.
+        `model` itself, its submodules swapped for their kernels; with `compile`, a `CompiledRNN`
+        that runs it and offers the same interface. Calling it again, on the model or on what it
+        returned, changes nothing.
     """
+    if not isinstance(model, nn.Module):  # what an earlier call returned (a CompiledRNN)
+        return model
     for module in model.modules():
         kernel = KERNELS.get(type(module))
         if kernel is not None:
