@@ -266,10 +266,17 @@ class TranslationSystem(L.LightningModule):
         # the stopped one would have made next (checkpoints before 0.3.0 kept no generator state).
         if "rng_state" in checkpoint:
             torch.set_rng_state(checkpoint["rng_state"])
+        # On a GPU dropout draws from the device's generator (older checkpoints kept none).
+        if "cuda_rng_state" in checkpoint and torch.cuda.is_available():
+            torch.cuda.set_rng_state(checkpoint["cuda_rng_state"])
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["lr_horizon"] = self._lr_horizon
         checkpoint["rng_state"] = torch.get_rng_state()  # (5056,) uint8: the CPU generator's
+        # The current device's (under DDP each rank's own), once CUDA is in use: asking earlier
+        # would start CUDA in a run that never uses it.
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            checkpoint["cuda_rng_state"] = torch.cuda.get_rng_state()  # (16,) uint8
         # What `--precision auto` became, which a resumed run keeps (seq2seq.training.launch).
         checkpoint["precision"] = str(self.trainer.precision)
         # What rebuilds the model without this class (seq2seq.decoding.loading.load_model).

@@ -105,3 +105,31 @@ def test_a_resume_keeps_the_recipe_it_trained_with(tmp_path: Path) -> None:
         runs.check_same_recipe(dataclasses.replace(old, lr=5e-4), 1, checkpoint, path)
     with pytest.raises(UserError, match=r"`seed` 1 \(now 2\); .* order of training batches"):
         runs.check_same_recipe(dataclasses.replace(old, seed=2), 1, checkpoint, path)
+
+
+def test_a_checkpoint_keeps_the_gpus_generator_and_a_resume_restores_it(monkeypatch) -> None:
+    """On a GPU dropout draws from the device's generator: saved beside the CPU's and set again on
+    resume, else a resumed run replays its first masks. Faked here: the machine has no GPU."""
+    from types import SimpleNamespace
+
+    from seq2seq.models.build import build_model
+    from seq2seq.training.system import TranslationSystem
+
+    model = build_model({"model": "rnn", "vocab_size": 30, "emb_size": 8, "hidden_size": 8})
+    tokenizer = SimpleNamespace(to_bytes=lambda: b"spm")  # all a save asks of it
+    system = TranslationSystem(model, tokenizer)  # type: ignore[arg-type]
+    monkeypatch.setattr(TranslationSystem, "trainer", SimpleNamespace(precision="32-true"))
+    state, restored = torch.arange(16, dtype=torch.uint8), []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda *device: state.clone())
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda new, *device: restored.append(new))
+    checkpoint: dict = {}
+    system.on_save_checkpoint(checkpoint)
+    torch.testing.assert_close(checkpoint["cuda_rng_state"], state)
+    system.on_load_checkpoint(checkpoint)
+    assert len(restored) == 1 and torch.equal(restored[0], state)
+    # A checkpoint from before (no GPU state) still loads, and sets no GPU generator.
+    del checkpoint["cuda_rng_state"]
+    system.on_load_checkpoint(checkpoint)
+    assert len(restored) == 1
