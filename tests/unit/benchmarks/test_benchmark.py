@@ -117,8 +117,9 @@ def test_the_recurrence_in_bf16_as_on_a_gpu_gives_nearly_the_same_loss_and_gradi
     "model",
     [RNNSeq2Seq(50, 16, 32, "additive", dropout=0.0),
      RNNSeq2Seq(50, 16, 32, "dot", dropout=0.0, enc_layers=2, tie_embeddings=False),
+     RNNSeq2Seq(50, 16, 32, "additive", attn_size=24, decoder="cgru", dropout=0.0),
      TransformerSeq2Seq(50, 32, heads=4, layers=2, ff_size=64, dropout=0.0, attn_dropout=0.0)],
-    ids=["gru-additive", "gru-dot-2-layers", "transformer"],
+    ids=["gru-additive", "gru-dot-2-layers", "cgru-additive", "transformer"],
 )  # fmt: skip
 @pytest.mark.parametrize("lengths", [(12, 9), (5, 20)])
 def test_flops_per_token_matches_pytorchs_flop_counter(

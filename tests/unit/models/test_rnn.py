@@ -1,12 +1,12 @@
-"""The Bahdanau translator (seq2seq.models.rnn): its invariants hold as the textbook writes it and with
-the kernels plugged in (seq2seq.models.kernels; tests/unit/models/kernels/test_kernels_rnn.py compares the two)."""
+"""The GRU translator (seq2seq.models.rnn): its invariants hold, with each decoder, as the textbook
+writes it and with the kernels plugged in (seq2seq.models.kernels; tests/unit/models/kernels/test_kernels_rnn.py compares the two)."""
 
 import pytest
 import torch
 
 from seq2seq.models.attention import SCORERS, AdditiveScorer, lengths_to_mask
 from seq2seq.models.kernels import accelerate
-from seq2seq.models.rnn import RNNSeq2Seq
+from seq2seq.models.rnn import DECODERS, RNNSeq2Seq
 
 
 def tiny_model(score: str = "additive", kernels: bool = False, **kwargs) -> RNNSeq2Seq:
@@ -26,10 +26,11 @@ def tiny_batch() -> tuple[torch.Tensor, ...]:
     return src, src_lens, src_mask, tgt_in
 
 
+@pytest.mark.parametrize("decoder", DECODERS)
 @pytest.mark.parametrize("kernels", [False, True])
 @pytest.mark.parametrize("score", SCORERS)
-def test_shapes(score: str, kernels: bool) -> None:
-    model = tiny_model(score, kernels)
+def test_shapes(score: str, kernels: bool, decoder: str) -> None:
+    model = tiny_model(score, kernels, decoder=decoder)
     src, src_lens, src_mask, tgt_in = tiny_batch()
     logits, weights = model(src, src_lens, src_mask, tgt_in)
     assert logits.shape == (3, 4, 30)
@@ -39,10 +40,13 @@ def test_shapes(score: str, kernels: bool) -> None:
     assert (state["enc_out"][~src_mask] == 0).all()
 
 
+@pytest.mark.parametrize("decoder", DECODERS)
 @pytest.mark.parametrize("kernels", [False, True])
 @pytest.mark.parametrize("score", SCORERS)
-def test_teacher_forcing_equals_step_by_step_unroll(score: str, kernels: bool) -> None:
-    model = tiny_model(score, kernels)
+def test_teacher_forcing_equals_step_by_step_unroll(
+    score: str, kernels: bool, decoder: str
+) -> None:
+    model = tiny_model(score, kernels, decoder=decoder)
     src, src_lens, src_mask, tgt_in = tiny_batch()
     logits, weights = model(src, src_lens, src_mask, tgt_in)
     state = model.encode(src, src_lens, src_mask)
@@ -52,10 +56,11 @@ def test_teacher_forcing_equals_step_by_step_unroll(score: str, kernels: bool) -
         torch.testing.assert_close(step_weights, weights[:, t])
 
 
+@pytest.mark.parametrize("decoder", DECODERS)
 @pytest.mark.parametrize("kernels", [False, True])
 @pytest.mark.parametrize("score", SCORERS)
-def test_padding_beyond_length_changes_nothing(score: str, kernels: bool) -> None:
-    model = tiny_model(score, kernels, enc_layers=2)
+def test_padding_beyond_length_changes_nothing(score: str, kernels: bool, decoder: str) -> None:
+    model = tiny_model(score, kernels, decoder=decoder, enc_layers=2)
     src, src_lens, src_mask, tgt_in = tiny_batch()
     logits, weights = model(src, src_lens, src_mask, tgt_in)
     noisy = src.masked_fill(~src_mask, 7)  # other ids in the padded positions
