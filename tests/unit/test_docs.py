@@ -16,6 +16,7 @@ import torch
 
 from seq2seq.cli import as_flag, per_model_fields
 from seq2seq.commands import study as study_command
+from seq2seq.models.attention import SCORERS
 from seq2seq.recipes import RECIPE
 from seq2seq.training.config import TrainConfig, parse_args
 from tests.conftest import ROOT
@@ -324,7 +325,7 @@ def test_readme_first_lines_install_and_ci() -> None:
     assert cpu < package, "the CPU torch note comes after the package that installs torch"
 
 
-@pytest.mark.parametrize("score", ["additive", "dot", "scaled"])
+@pytest.mark.parametrize("score", SCORERS)
 def test_only_the_output_layer_runs_in_bf16_in_the_gru_on_a_cpu(score: str) -> None:
     """What study.md and benchmarks.md say of bf16-mixed on a CPU: the GRU's output layer's matmuls
     (forward and backward) run in bf16; the encoder, the attention and the recurrence in fp32. Each
