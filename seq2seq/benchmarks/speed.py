@@ -5,7 +5,9 @@
 Each path (PATHS) trains a model of the same initial weights on batches collated before the clock.
 A round times an n x n matmul and a window of every path; ratios are medians over rounds of two
 paths' tokens/s in one round; FLOPs are the model's `flops_per_token`. Decoding: greedy and beam-5
-on the validation sources. Memory and the heatmap callback: scripts/benchmark_memory.py.
+on the validation sources. Last, the whole run those figures imply for train.py's flags (its updates,
+validations, checkpoints, preparation and scoring, each phase timed once here: wholerun.py), a row per
+path beside its per-update figure. Memory and the heatmap callback: scripts/benchmark_memory.py.
 
 The header names the CPU (its model, `torch.backends.cpu.get_cpu_capability()`, and whether oneDNN
 has native bf16). On a CPU without native bf16, autocast emulates bf16 arithmetic and is far slower
@@ -31,6 +33,13 @@ from torch.utils.data import DataLoader
 
 from seq2seq.atomic import atomic_write_text
 from seq2seq.benchmarks.reference import reference_loss
+from seq2seq.benchmarks.wholerun import (
+    PhaseTimes,
+    render_whole,
+    run_shape,
+    time_checkpoint,
+    whole_runs,
+)
 from seq2seq.cli import Parser, cli_message
 from seq2seq.data.batching import collate
 from seq2seq.decoding.flags import pick_device
@@ -249,9 +258,13 @@ def decoding(args: argparse.Namespace, dm: Any, fast: Path, device: torch.device
 
 
 def run(args: argparse.Namespace, cfg: TrainConfig, device: torch.device) -> dict:
+    from seq2seq.data.prepare import prepare
+
     started, cpu = time.perf_counter(), cpu_info()
     names, skipped = path_names(device, cpu, args.force_bf16, args.paths)
     progress(f"cpu: {describe_cpu(cpu)}; paths: {', '.join(names)}")
+    built = prepare(cfg).built  # timed apart: a whole run's first phase (cold, or a cache read)
+    prepare_sec = time.perf_counter() - started
     dm, model_args, paths = make_paths(cfg, names, device)
     decode = decoding(args, dm, paths["fast"], device)
     # Warm-up (allocator, Adam state, a compiler if any), timed: a compiled path's compile time.
@@ -266,6 +279,13 @@ def run(args: argparse.Namespace, cfg: TrainConfig, device: torch.device) -> dic
         elapsed = time.perf_counter() - started
         progress(f"round {r + 1}/{args.windows}: tokens/s {speeds}; {elapsed:.0f} s so far")
     fast = paths["fast"]
+    phases = PhaseTimes(prepare_sec, built, time_checkpoint(fast.model, fast.opt))
+    shape = run_shape(
+        len(fast.all), cfg.max_epochs, cfg.max_steps, cfg.val_every, cfg.accumulate_grad_batches,
+        len(dm.sources("val")), len(dm.sources("test")) if "test" in dm.datasets else 0,
+    )  # fmt: skip
+    figs = {k: figures(k, rounds) | {"warmup_sec": warmup[k]} for k in paths}
+    per_update = {k: f["sec_per_update"] for k, f in figs.items() if not PATHS[k].textbook}
     return {
         "cpu": cpu,
         "skipped": skipped,
@@ -277,9 +297,10 @@ def run(args: argparse.Namespace, cfg: TrainConfig, device: torch.device) -> dic
         "mflop_per_token": sum(f for *_, f in fast.all) / sum(t for _, t, _ in fast.all) / 1e6,
         "matmul": {k: statistics.median(r["matmul"][k] for r in rounds) for k in rates},
         "matmul_n": MATMUL[device.type],
-        "paths": {k: figures(k, rounds) | {"warmup_sec": warmup[k]} for k in paths},
+        "paths": figs,
         "rounds": rounds,
         "decode": decode,
+        "whole_run": whole_runs(shape, phases, per_update, decode),
         "wall_sec": time.perf_counter() - started,
         "loadavg_1min": os.getloadavg()[0],
     }  # fmt: skip
@@ -315,6 +336,7 @@ def render(r: dict) -> str:
         f"decoding {d['sentences']:,} val sentences ({model}): greedy "
         f"{d['greedy_sent_per_sec']:,.0f}, beam-5 {d['beam5_sent_per_sec']:,.0f} sentences/s; "
         f"BLEU {d['greedy_bleu']:.1f}, {d['beam5_bleu']:.1f}",
+        *(render_whole(r["whole_run"]) if "whole_run" in r else []),
     ])  # fmt: skip
 
 

@@ -37,7 +37,22 @@ def test_quick_benchmark_writes_every_figure(tiny_corpus, tmp_path, monkeypatch,
     assert "vs reference" in table and "beam-5" in table and "peak GPU" not in table
     # Decoding is timed before any path's windows, as in a process that only translates.
     assert printed.err.index("decoding 20 validation") < printed.err.index("round 1/3")
-    assert table.count("\n") == 1 + 1 + 1 + 3 + 2  # header, cpu, column heads, 3 paths, 2 lines
+    # header, cpu, column heads, 3 paths, 2 lines; the whole run's line and a row per trained path
+    assert table.count("\n") == 1 + 1 + 1 + 3 + 2 + 1 + 2
+    # The whole run: each phase timed once in this process, counted as often as the run does it.
+    whole = result["whole_run"]
+    assert list(whole["paths"]) == ["fast", "bf16"]  # the reference trains no run
+    shape = whole["shape"]
+    assert shape["updates"] == shape["updates_per_epoch"] * 30 and shape["validations"] == 30
+    assert shape["val_sentences"] == 20 and shape["test_sentences"] == 20
+    assert whole["phases"]["prepare_cold"] and whole["phases"]["checkpoint_sec"] > 0
+    for name, run in whole["paths"].items():
+        per_update = result["paths"][name]["sec_per_update"]
+        assert run["updates_sec"] == pytest.approx(shape["updates"] * per_update)
+        parts = [v for k, v in run.items() if k != "total_sec"]
+        assert run["total_sec"] == pytest.approx(sum(parts)) and min(parts) > 0
+        assert f"  {name}: " in table
+    assert "whole run (estimated from the parts measured above): " in table
     cpu = result["cpu"]
     assert f"cpu: {cpu['model']}, capability {torch.backends.cpu.get_cpu_capability()}" in table
     # Progress on stderr while it runs: one line per round, with every path's speed.
