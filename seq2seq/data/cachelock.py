@@ -6,14 +6,21 @@ What a kill -9 leaves behind, and why it never blocks the next start:
   kernel drops it when that process dies, and processes it forks (the encoding workers) do not
   inherit it. (An `flock` lock belongs to the open file description, which forked children share: a
   builder killed while its workers lived left them holding the lock, and every later start waited.)
-- Inside the lock file the holder writes who it is (host, pid, process start time), so a waiting
-  process says whom it waits for.
+- Inside the lock file the holder writes who it is (seq2seq.data.owners: host, pid, process start
+  time, PID namespace), so a waiting process says whom it waits for.
 - A temporary file or folder carries its owner in its name. A builder removes only the temporaries
-  of owners that are gone (same host, no such live process), never those of a live process or of
-  another machine: where the lock does not reach across machines (NFS mounted `nolock`, Lustre
-  `localflock`), two builders then race to publish, and the first complete result wins.
+  of owners that are gone, never those of a live process or of one whose life it cannot see
+  (another machine, another PID namespace, a hidden /proc entry): where the lock does not reach
+  across machines (NFS mounted `nolock`, Lustre `localflock`), two builders then race to publish,
+  and the first complete result wins.
 
 A polite stop (`check_stop`) while waiting for the lock leaves nothing: the waiter never held it.
+
+A study's run must never have two holders (`strict`). Where there are no POSIX locks, a lock file
+stands in (`held_file`). Where they lock per node only (NFS `nolock`, Lustre `localflock`), each node
+takes its own lock: the record a holder writes is then checked after taking it, and a lock whose
+record names a process this host cannot see is released and waited for, not taken
+(docs/guides/clusters.md says what a user does when that process is gone).
 """
 
 from __future__ import annotations
@@ -22,15 +29,14 @@ import errno
 import fcntl
 import os
 import shutil
-import socket
 import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from contextlib import contextmanager
 from pathlib import Path
 
+from seq2seq.data.owners import Owner
 from seq2seq.errors import Stopped, UserError
 
 POLL_SECONDS = 0.5  # how often a waiting process tries the lock again
@@ -38,55 +44,6 @@ POLL_SECONDS = 0.5  # how often a waiting process tries the lock again
 # (ENOLCK), others (EOPNOTSUPP, ENOTSUP). The build then goes on unlocked: publishing tolerates
 # racing builders (temporaries by owner, renames that keep the first complete result).
 NO_LOCKS = {errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP}
-
-
-@dataclass(frozen=True)
-class Owner:
-    """A process, told apart from a later one with the same pid by its start time."""
-
-    host: str
-    pid: int
-    started: int  # start time in clock ticks since boot (Linux); 0 where unknown
-
-    @classmethod
-    def me(cls) -> Owner:
-        return cls(socket.gethostname(), os.getpid(), _start_ticks(os.getpid()))
-
-    @property
-    def tag(self) -> str:
-        """The owner as a name part: host~pid~start (hostnames have no '~')."""
-        return f"{self.host}~{self.pid}~{self.started}"
-
-    @classmethod
-    def from_tag(cls, tag: str) -> Owner | None:
-        parts = tag.split("~")
-        if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
-            return None
-        return cls(parts[0], int(parts[1]), int(parts[2]))
-
-    def alive(self) -> bool | None:
-        """True or False on this host; None (cannot tell) for a process of another machine."""
-        if self.host != socket.gethostname():
-            return None
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass  # someone else's process: it exists
-        return _start_ticks(self.pid) == self.started  # a reused pid is another process
-
-    def __str__(self) -> str:
-        return f"pid {self.pid} on {self.host}"
-
-
-def _start_ticks(pid: int) -> int:
-    """Field 22 of /proc/<pid>/stat; 0 where there is no /proc (macOS) or the process is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0
-    return int(stat.rsplit(")", 1)[1].split()[19])  # fields after "(comm)" start at field 3
 
 
 def check_stop(stop: Callable[[], str | None] | None) -> None:
@@ -101,14 +58,15 @@ def exclusive(
     lock: Path,
     log: Callable[[str], None],
     stop: Callable[[], str | None] | None = None,
-    without_locks: str = "go on",
+    strict: bool = False,
 ) -> Iterator[None]:
     """Hold the lock `lock` (created if missing) for the block; `log` tells the user when waiting;
     `stop`, asked at each try while another process holds it, ends the wait (`check_stop`).
 
-    `without_locks` says what happens on a file system without POSIX locks: "go on" unlocked (the
-    cache, whose publishing tolerates racing builders) or "lock file" (`held_file`: the study's
-    runs, where two processes must never train one run)."""
+    `strict`: two processes must never hold it at once (a study's run). Without POSIX locks a lock
+    file stands in (`held_file`), and a lock whose record names a process this host cannot see is
+    not taken while the record says so (`_recorded`). Otherwise (the cache, whose publishing
+    tolerates racing builders) a file system without locks is built on unlocked."""
     try:
         lock.parent.mkdir(parents=True, exist_ok=True)
         fd = _open_shared(lock)
@@ -123,7 +81,7 @@ def exclusive(
         raise UserError(f"`cache_dir` {lock.parent}: cannot write there ({err.strerror})") from None
     try:
         if not _lockable(fd):
-            if without_locks == "lock file":
+            if strict:
                 with held_file(lock, log, stop):
                     yield
                 return
@@ -131,12 +89,21 @@ def exclusive(
             yield
             return
         waited_for = None
-        while not _try_lock(fd, lock):
-            holder = _holder(lock)
-            if holder != waited_for:  # said once per holder, not once per poll
-                who = f"{holder}" if holder else "another process"
+        while True:
+            if _try_lock(fd, lock):
+                recorded = _recorded(fd) if strict else None
+                if recorded is None or recorded.alive() is False:
+                    break  # no record (released), or its writer is gone: the lock is this one's
+                # Locked on this node, and yet held by its record: the file system's locks reach
+                # this node only. Released again, and waited for like any holder.
+                fcntl.lockf(fd, fcntl.LOCK_UN)
+                if recorded != waited_for:
+                    log(_unseen(lock, recorded))
+            found = _holder(lock)  # a fresh read: on NFS, opening the file again revalidates it
+            if found != waited_for:  # said once per holder, not once per poll
+                who = f"{found}" if found else "another process"
                 log(f"waiting for {who} to finish preparing {lock.parent} (lock {lock.name})")
-                waited_for = holder
+                waited_for = found
             check_stop(stop)
             time.sleep(POLL_SECONDS)
         # Through the locked descriptor: opening and closing the file again here would drop the lock.
@@ -149,6 +116,20 @@ def exclusive(
             fcntl.lockf(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def _recorded(fd: int) -> Owner | None:
+    """The holder the locked file `fd` names (through `fd`: see `exclusive`); None if none."""
+    return Owner.from_tag(os.pread(fd, 4096, 0).decode(errors="replace").strip())
+
+
+def _unseen(lock: Path, holder: Owner) -> str:
+    """What a user reads when `holder`, whose life this host cannot see, holds `lock` by its record."""
+    return (
+        f"{lock} names {holder} as its holder, though this host could lock it: the file system's "
+        f"locks reach one node only (NFS nolock, Lustre localflock), or that process was killed "
+        f"there; if it no longer runs, empty the lock: truncate -s 0 {lock}"
+    )
 
 
 def held_path(lock: Path) -> Path:
@@ -166,38 +147,66 @@ def held_file(
     lock: Path, log: Callable[[str], None], stop: Callable[[], str | None] | None = None
 ) -> Iterator[None]:
     """An exclusive lock without POSIX locks: `held_path(lock)` exists, naming its holder, while the
-    block runs. It is published whole (written under this process's temporary name, then hard-
-    linked into place, which fails when the name exists, on NFS too). A holder dead on this host
-    (no such process, or a reused pid) left it stale: it is taken away and the claim tried again. A
-    holder on another machine cannot be judged from here, and is waited for.
+    block runs (`_claim` takes it). A holder that is gone (no such process on this host, or a
+    reused pid) left it stale: it is taken away. A holder whose life cannot be seen from here
+    (another machine, another PID namespace, a hidden /proc entry) is waited for, and the user told
+    how to end the wait should it no longer run.
 
-    What a kill leaves: before the link, this process's temporary (removed by the next claimant
-    once its owner is gone); after it, a stale lock file (taken away by the next claimant on this
-    host). Two claimants taking away the same stale file at the same moment: one renames it away;
-    the other finds it gone and tries its claim again.
+    What a kill leaves: this process's temporary (removed by the next claimant once its owner is
+    gone), a stale lock file or a stale turn to take one away (`_claim`; both taken away in turn).
     """
     path, me = held_path(lock), Owner.me()
     waited_for = None
     remove_orphans(path, log)
-    while not _claim(path, me):
+    while not _claim(path, me, log):
         found = _holder(path)
-        if found is not None and found.alive() is False:
-            _take_away(path, found, log)
-            continue
         if found != waited_for:
             log(f"waiting for {found or 'another process'} (lock file {path.name})")
+            if found is not None and found.alive() is None:
+                log(
+                    f"{path}: this host cannot see whether {found} still runs (another machine, "
+                    f"another PID namespace, or a hidden /proc); if it does not, delete {path}"
+                )
             waited_for = found
         check_stop(stop)
         time.sleep(POLL_SECONDS)
     try:
         yield
     finally:
-        if _holder(path) == me:
+        if _holder(path) == me:  # only its holder removes a live holder's file
             path.unlink(missing_ok=True)
 
 
-def _claim(path: Path, me: Owner) -> bool:
-    """Create `path` naming `me`, unless it exists; whether this call created it."""
+def _claim(path: Path, me: Owner, log: Callable[[str], None]) -> bool:
+    """One try at holding `path`: create it naming `me`; whether `me` holds it now.
+
+    A file left by a process that is gone is taken away first. Every claimant that found it so
+    races for the one turn to do that, a file beside it claimed this very way (so a claimant killed
+    holding a turn is taken away in turn), and only the turn's holder removes the stale file, after
+    checking under its turn that it still names the process that is gone. A file naming a live
+    process is thus removed by that process alone, and of three or more claimants one holds it.
+    """
+    if _link(path, me):
+        return True
+    found = _holder(path)
+    if found is None or found.alive() is not False:
+        return False  # held (or just released): tried again after a poll
+    turn = path.with_name(f".{path.name}.{found.tag}.turn")
+    remove_orphans(turn, log)  # a killed claimant's temporaries of the turn
+    if not _claim(turn, me, log):
+        return False  # another claimant's turn
+    try:
+        if _holder(path) == found:  # not yet taken away: nobody else may, while this turn lasts
+            path.unlink(missing_ok=True)
+            log(f"removed {path.name}, left by {found}, which is gone")
+        return _link(path, me)  # fails where a claimant quicker than this turn created it anew
+    finally:
+        turn.unlink(missing_ok=True)
+
+
+def _link(path: Path, me: Owner) -> bool:
+    """Create `path` naming `me`, whole (a temporary, hard-linked into place: the link fails when
+    the name exists, on NFS too), unless it exists; whether `path` is this call's now."""
     tmp = temporary_name(path)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -209,26 +218,15 @@ def _claim(path: Path, me: Owner) -> bool:
         try:
             os.link(tmp, path)
         except FileExistsError:
-            return False
+            # Over NFS a link whose reply was lost is sent again, and the retry finds the name
+            # taken: by this very file when the first try succeeded.
+            try:
+                return os.path.samefile(tmp, path)
+            except FileNotFoundError:
+                return False
         return True
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def _take_away(path: Path, stale: Owner, log: Callable[[str], None]) -> None:
-    """Remove `path`, which names `stale`, a dead process; one that names anyone else by now (a
-    claimant was quicker) is put back."""
-    grave = path.with_name(f".{path.name}.{Owner.me().tag}.stale")
-    try:
-        os.rename(path, grave)
-    except FileNotFoundError:
-        return  # another claimant took it away first
-    if _holder(grave) == stale:
-        log(f"removed {path.name}, left by {stale}, which is gone")
-    else:
-        with suppress(FileExistsError):
-            os.link(grave, path)
-    grave.unlink(missing_ok=True)
 
 
 def _open_shared(lock: Path) -> int:

@@ -8,6 +8,9 @@ the lock, and its children die with it (the kernel's parent-death signal: train.
 evaluate.py and average_checkpoints.py alike, all started by `start`), so a next start never finds a
 half-owned run: it resumes from the last.ckpt, as after any kill. A stop that comes while a child is
 being started waits (the stop signals are blocked) until the child is among those it is passed on to.
+The lock's record is checked too (cachelock's `strict`): one that names a process of another node is
+waited for even where this node could lock the file, as on NFS `nolock` or Lustre `localflock`, where
+locks reach one node only; after a kill -9 on another node, docs/guides/clusters.md says what to do.
 """
 
 import functools
@@ -89,9 +92,10 @@ def run_lock(study: Study, run: Run) -> Iterator[None]:
             )
         print(message, file=sys.stderr, flush=True)
 
-    # Without POSIX locks (NFS without its lock daemon, Lustre without flock), a lock file whose
-    # holder is checked for life: running unlocked would let two processes train one run.
-    with exclusive(lock, log, without_locks="lock file"):
+    # Strict: running unlocked would let two processes train one run. Without POSIX locks (NFS
+    # without its lock daemon, Lustre without flock) a lock file whose holder is checked for life;
+    # with locks that reach one node only, the holder's record checked after taking the lock.
+    with exclusive(lock, log, strict=True):
         yield
 
 

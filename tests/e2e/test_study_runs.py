@@ -240,7 +240,11 @@ def test_without_posix_locks_a_run_s_lock_is_a_lock_file_and_a_dead_holder_s_is_
     said: list[str] = []
     with pytest.raises(Stopped), held_file(lock, said.append, stop=lambda: "stopped"):
         pass
-    assert said == [f"waiting for pid {dead.pid} on node-b (lock file {held.name})"]
+    assert said == [
+        f"waiting for pid {dead.pid} on node-b (lock file {held.name})",
+        f"{held}: this host cannot see whether pid {dead.pid} on node-b still runs (another "
+        f"machine, another PID namespace, or a hidden /proc); if it does not, delete {held}",
+    ]
     assert held.read_text().strip() == Owner("node-b", dead.pid, 1).tag
 
 

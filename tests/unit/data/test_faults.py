@@ -9,7 +9,8 @@ from pathlib import Path
 
 
 def test_only_the_temporaries_of_dead_owners_are_removed(tmp_path: Path) -> None:
-    from seq2seq.data.cachelock import Owner, _start_ticks, remove_orphans, temporary_name
+    from seq2seq.data.cachelock import remove_orphans, temporary_name
+    from seq2seq.data.owners import Owner, _start_ticks
 
     target = tmp_path / "split-f1"
     me = Owner.me()
@@ -19,7 +20,9 @@ def test_only_the_temporaries_of_dead_owners_are_removed(tmp_path: Path) -> None
         "mine": temporary_name(target),
         "dead": target.with_name(f".{target.name}.{Owner(me.host, dead.pid, 1).tag}.tmp"),
         "reused pid": target.with_name(f".{target.name}.{Owner(me.host, me.pid, 1).tag}.tmp"),
-        "live": target.with_name(f".{target.name}.{Owner(me.host, 1, _start_ticks(1)).tag}.tmp"),
+        "live": target.with_name(
+            f".{target.name}.{Owner(me.host, 1, _start_ticks(1) or 0).tag}.tmp"
+        ),
         "other host": target.with_name(f".{target.name}.{Owner('node-b', me.pid, 5).tag}.tmp"),
         "old version": target.with_name(f".{target.name}.k2j3h4"),
         # Not a temporary of `target`: atomic_write's of its checksum, `target.sha256` (a live

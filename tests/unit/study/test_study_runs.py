@@ -70,3 +70,38 @@ def test_runs_share_the_cores_the_job_may_use_not_the_hosts(tmp_path, monkeypatc
     monkeypatch.setattr(scheduler, "train_and_score", train_and_score)
     assert scheduler.run_one(study, Run("a", 1), threads=None) == 0
     assert threads == [1, 2]
+
+
+def test_a_run_s_lock_held_by_its_record_on_another_node_is_waited_for(
+    tmp_path, monkeypatch, capsys
+):
+    """Where the file system's locks reach one node only (NFS nolock, Lustre localflock), this node
+    can lock a run that a task on node-b trains: its record says so, and the run is waited for."""
+    import os
+    import threading
+
+    from seq2seq.data import cachelock
+    from seq2seq.data.owners import Owner
+
+    monkeypatch.setattr(cachelock, "POLL_SECONDS", 0.01)
+    study, run = Study(tmp_path / "study", tmp_path / "work"), Run("a", 1)
+    lock = study.lock_path(run)
+    lock.parent.mkdir(parents=True)
+    lock.write_text(f"{Owner('node-b', 4242, 7).tag}\n")
+    got = threading.Event()
+
+    def second_task() -> None:
+        with process.run_lock(study, run):
+            got.set()
+
+    task = threading.Thread(target=second_task)
+    task.start()
+    try:
+        assert not got.wait(0.5), "took a run that node-b holds"
+    finally:
+        os.truncate(lock, 0)  # node-b's task ended (or a user emptied the record as told)
+        task.join(10)
+    assert got.is_set()
+    err = capsys.readouterr().err
+    assert f"{lock} names pid 4242 on node-b as its holder" in err
+    assert "a-seed1: waiting for pid 4242 on node-b, which is training or scoring it" in err
