@@ -27,8 +27,8 @@ The batchers of a server run their batches on one thread (seq2seq.serving.server
 they share one `Turns`: a worker takes its batch only once it has the turn, and runs it at once. A
 model's jobs wait in its queue while another model's batch runs, and count as queued all that time:
 a batch's clock starts when it starts running, later jobs with its key can still join it, and a
-job that waited `max_seconds` for its turn is refused unrun, as one that waited behind its own
-model's batches is. (When the worker took its batch first and then waited for the thread, the
+job that has waited `max_seconds` for its turn is refused unrun then and there, as one that waited
+behind its own model's batches is. (When the worker took its batch first and then waited for the thread, the
 batch's `max_seconds` counted the other model's run too: a request for two models, each in time
 alone, was stopped partway with its work thrown away.) Turns go first come, first served, so no
 model waits behind another's steady traffic for more than one batch a model.
@@ -43,8 +43,9 @@ A job is thus answered within about twice `max_seconds` of being queued: at most
 
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,24 +61,34 @@ LINGER = 0.25
 
 
 class Turns:
-    """One batch at a time among the batchers that share this, in the order they asked: a context
-    manager that waits for its turn (a ticket lock; a plain Lock lets a worker that just let go take
-    it again ahead of one that has waited)."""
+    """One batch at a time among the batchers that share this, in the order they asked for it (a
+    ticket lock: a plain Lock lets a worker that has just let go take it again ahead of one that
+    has been waiting)."""
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._next = self._serving = 0  # the next ticket given out; the ticket whose turn it is
 
-    def __enter__(self) -> None:
+    @contextmanager
+    def turn(self, meanwhile: Callable[[], float | None] = lambda: None) -> Iterator[None]:
+        """Wait for a turn and hold it for the `with` block. While waiting, call `meanwhile` now
+        and then: it returns the seconds until it wants to be called again (None: not again
+        unless woken); it runs without this object's lock."""
         with self._changed:
             ticket, self._next = self._next, self._next + 1
-            while self._serving != ticket:
-                self._changed.wait()
-
-    def __exit__(self, *exc: object) -> None:
-        with self._changed:
-            self._serving += 1
-            self._changed.notify_all()
+        again = meanwhile()
+        while True:
+            with self._changed:  # a turn passed on between the check and the wait wakes it
+                if self._serving == ticket:
+                    break
+                self._changed.wait(again)
+            again = meanwhile()
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._serving += 1
+                self._changed.notify_all()
 
 
 class Busy(Exception):
@@ -235,9 +246,10 @@ class Batcher:
                     if left <= 0:
                         break
                     self._changed.wait(left)
-            with self._turns:  # the thread is this model's: what is taken now runs at once
+            with self._turns.turn(self._expire):  # what is taken now runs at once
+                batch = self._take()
                 with self._changed:
-                    batch = self._running = self._take()
+                    self._running = batch
                 if batch:
                     start = time.monotonic()  # the batch's max_seconds count from here
                     self._run(batch, start)
@@ -246,24 +258,40 @@ class Batcher:
                     last_size = sum(len(job.items) for job in batch)
                     last_seconds = time.monotonic() - start
 
-    def _take(self) -> list[Job]:
-        """Remove and return the oldest job and the later ones with its key, up to `max_batch`
-        items and `max_cost`; jobs cancelled while they waited are removed and left out, and
-        those that waited past `max_seconds` (for the turn included) are refused. Holds the lock
-        and the turn."""
-        now, expired, waiting = time.monotonic(), [], []
-        for job in self._jobs:  # waited past max_seconds: refused rather than run late
-            (expired if now - job.since > self.max_seconds else waiting).append(job)
+    def _expire(self) -> float | None:
+        """Refuse the jobs that have waited past `max_seconds` (rather than run them late); the
+        seconds until the next one would have (None: never). While the worker waits for its turn
+        it calls this now and then, so a job refused there hears so when it expires."""
+        if self.max_seconds == float("inf"):
+            return None
+        with self._changed:
+            now, expired, waiting = time.monotonic(), [], []
+            for job in self._jobs:
+                (expired if now - job.since > self.max_seconds else waiting).append(job)
+            for job in expired:
+                self._queued -= len(job.items)
+                self._queued_work -= job.cost.work
+            self._jobs = waiting
+            oldest = min((job.since for job in waiting), default=now)  # a job queued later: later
         for job in expired:
-            self._queued -= len(job.items)
-            self._queued_work -= job.cost.work
             if job.future.set_running_or_notify_cancel():
                 job.future.set_exception(TimedOut(
                     f"the request waited past {self.max_seconds:g} s (--max-seconds) for the "
                     "model and was not run: try again when it is less busy"
                 ))  # fmt: skip
-        self._jobs = waiting
-        if not waiting:
+        return max(oldest + self.max_seconds - now, 0.0) + 0.001  # a moment past it: expired
+
+    def _take(self) -> list[Job]:
+        """Remove and return the oldest job and the later ones with its key, up to `max_batch`
+        items and `max_cost`; jobs cancelled while they waited are removed and left out, and
+        those that waited past `max_seconds` (for the turn included) are refused. Holds the turn."""
+        self._expire()
+        with self._changed:
+            return self._oldest_batch()
+
+    def _oldest_batch(self) -> list[Job]:
+        """`_take`'s batch from the jobs left. Holds the lock."""
+        if not self._jobs:
             return []
         key, size, cost, taken, left = self._jobs[0].key, 0, Cost(), [], []
         for job in self._jobs:
