@@ -51,8 +51,9 @@ class Limits:
     max_output: int = _limit(200, "the longest output in subwords (EOS included) the server writes")
     max_seconds: float = _limit(
         10.0,
-        "seconds one batch may run, and one request wait in the queue; past them the batch is "
-        "stopped (or the request left unrun) and its requests get 503",
+        "seconds one batch may run, counted from when it starts, and one request wait for it "
+        "(in the queue, and while other models' batches run on the one torch thread); past them "
+        "the batch is stopped (or the request left unrun) and its requests get 503",
     )
     max_queue_work: int = _limit(
         6000, "work waiting per model (ms, as --max-work); a request past it gets 503 busy"

@@ -425,3 +425,32 @@ def test_page_translates_typed_text_and_reads_references_in_chromium(
     assert forced == expected_panels(read) and [p[3] for p in forced] == [reference] * 2
     assert forced_pointed == reading(read["transformer"], 0, 1)
     assert "ref=" in address  # the address carries the form: a link to it runs it again
+
+
+@pytest.mark.slow
+def test_page_starts_within_the_servers_max_beam_in_chromium(paths: dict[str, Path]) -> None:
+    """Under --max-beam 1 the page's beam and n-best start at 1, not its default 5, so a sentence
+    typed and sent as it stands is translated (greedily), not refused."""
+    from playwright.sync_api import sync_playwright
+
+    loaded = Translator.load(paths["gru"])
+    source = SENTENCES[1]
+    with (
+        live_server({"gru": loaded}, Limits(max_beam=1)) as base,
+        sync_playwright() as playwright,
+    ):
+        page = chromium_page(playwright)
+        page.goto(base + "/")
+        page.wait_for_function("document.getElementById('about').textContent.startsWith('Models')")
+        boxes = [page.locator(f"#{box}").input_value() for box in ("beam", "nbest")]
+        # a 5 over the boxes' max of 1 would not even be sent: the browser blocks the form
+        assert boxes == ["1", "1"]
+        page.locator("#source").fill(source)
+        page.locator("#go").click()
+        page.wait_for_function(  # a translation, or the server's refusal
+            "document.querySelector('.model .translation')?.textContent"
+            " || document.getElementById('status').className === 'error'"
+        )
+        refusal = page.locator("#status.error").all_text_contents()
+        shown = page.locator(".model .translation").all_text_contents()
+    assert refusal == [] and shown == [loaded.translate([source], beam=1)[0].text]
