@@ -10,7 +10,7 @@ that kernel, a subclass of the textbook module that keeps its parameters and com
 | attention.AdditiveScorer         | additive.SigmoidAdditiveScorer  | tanh through sigmoid; chunked in   |
 |                                  |                                 | search; recomputed in backward     |
 | rnn.BiGRUEncoder                 | encoder.UnpackedBiGRUEncoder    | unpacked when a CPU trains         |
-| rnn.BahdanauDecoder              | decoder.DeferredBahdanauDecoder | ended rows stop; CPU training's    |
+| bahdanau.BahdanauDecoder         | decoder.DeferredBahdanauDecoder | ended rows stop; CPU training's    |
 |                                  |                                 | gradients taken once a batch       |
 | rnn.RNNSeq2Seq                   | decoder.Fp32RecurrenceRNN       | fp32 recurrence under CPU autocast |
 | multihead.MultiHeadAttention     | multihead.CausalFusedAttention  | a causal mask alone as `is_causal` |
