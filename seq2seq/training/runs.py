@@ -76,6 +76,11 @@ def checkpoint_callbacks(
     """`best-<step>.ckpt` (the `keep_best` highest validation BLEUs), `recent-<step>.ckpt` (the
     `keep_last` latest validations, none when 0) and `last.ckpt` in `dirpath`.
 
+    Only `last.ckpt`, which a resume reads, carries the optimizer's state (twice the weights, with
+    Adam's two moments); the best and recent ones are read only to score, average and translate,
+    and hold the weights with what `seq2seq.checkpoint` needs beside them (model arguments,
+    tokenizer, hyper-parameters), written by `TranslationSystem.on_save_checkpoint` either way.
+
     An explicit `dirpath` is stored resolved (Lightning applies realpath), so a resumed run finds the
     same folder in the checkpoint's callback state and carries on its best-BLEU tracking.
     """
@@ -86,6 +91,7 @@ def checkpoint_callbacks(
         filename="best-{step}",
         save_top_k=keep_best,
         auto_insert_metric_name=False,  # "val/bleu=" in a file name would make a subfolder
+        save_weights_only=True,
     )
     callbacks = [best]
     if keep_last > 0:  # Lightning offers "step" to every monitor: the highest steps are the latest
@@ -97,6 +103,7 @@ def checkpoint_callbacks(
                 filename="recent-{step}",
                 save_top_k=keep_last,
                 auto_insert_metric_name=False,
+                save_weights_only=True,
             )
         )
     return [*callbacks, LastCheckpoint(dirpath)]
@@ -178,7 +185,10 @@ def read_resumable(path: str | Path) -> dict[str, Any]:
     UserError naming it (checked before any data is prepared)."""
     checkpoint = read_checkpoint(path)
     if any(key not in checkpoint for key in ("global_step", "loops", "optimizer_states")):
-        raise UserError(f"{path}: holds weights only, no training state to resume")
+        raise UserError(
+            f"{path}: holds weights only, no training state to resume (resume from the run's "
+            "last.ckpt)"
+        )
     return checkpoint
 
 

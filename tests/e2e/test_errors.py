@@ -242,6 +242,7 @@ REFUSALS: dict[str, Setup] = {
     "resume with another recipe": trained,
     "resume on edited training pairs": trained_then_edited,
     "a YAML value of the wrong type": bad_yaml,
+    "a learning-rate floor below zero": flags_only,
     "precision typo": flags_only,
     "strategy typo": flags_only,
     "a GPU asked for where there is none": no_gpu,

@@ -80,10 +80,14 @@ def test_run_killed_after_its_first_checkpoint_resumes_to_the_last_step(
     assert not list(ckpts.glob(".*"))  # no temporary file left
 
 
+STEP_10 = "interrupted-step-10.ckpt"  # beside the runs: the crashed run's last.ckpt as it crashed
+
+
 @pytest.fixture(scope="module")
 def interrupted(tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding an uninterrupted 20-step run ("straight") and one that crashed after the
-    checkpoint of step 10 ("interrupted"); both with the same flags."""
+    checkpoint of step 10 ("interrupted"), whose last.ckpt then is also kept as `STEP_10`; both
+    with the same flags."""
     root = tmp_path_factory.mktemp("resume")
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(root)
@@ -96,6 +100,7 @@ def interrupted(tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         patch.setattr(TranslationSystem, "on_train_batch_start", crash)
         with pytest.raises(KeyError, match="simulated crash"):
             train.main(tiny_train_args(tiny_corpus, root / "interrupted", *EXACT))
+    shutil.copyfile(ckpt_dir(root, "interrupted") / "last.ckpt", root / STEP_10)
     return root
 
 
@@ -152,7 +157,7 @@ def test_resume_refuses_a_checkpoint_of_another_model(
     interrupted: Path, tiny_corpus: Path, monkeypatch: pytest.MonkeyPatch, capsys, change, expected
 ) -> None:
     monkeypatch.chdir(interrupted)
-    ckpt = ckpt_dir(interrupted, "straight") / "best-10.ckpt"
+    ckpt = ckpt_dir(interrupted, "straight") / "last.ckpt"
     args = tiny_train_args(
         tiny_corpus, interrupted / "other", *EXACT, *change, "--resume", str(ckpt)
     )
@@ -166,20 +171,18 @@ def test_resume_refuses_a_checkpoint_of_another_model(
 def test_resume_refuses_a_weights_only_checkpoint(
     interrupted: Path, tiny_corpus: Path, tmp_path: Path, capsys
 ) -> None:
-    checkpoint = load(ckpt_dir(interrupted, "straight") / "last.ckpt")
-    for key in ("loops", "optimizer_states", "lr_schedulers"):
-        del checkpoint[key]
-    torch.save(checkpoint, tmp_path / "weights.ckpt")
-    args = tiny_train_args(
-        tiny_corpus, tmp_path / "runs", "--resume", str(tmp_path / "weights.ckpt")
-    )
+    """A best-<step>.ckpt holds the weights alone (scoring and averaging read it); last.ckpt, which
+    a resume reads, holds the training state too."""
+    folder = ckpt_dir(interrupted, "straight")
+    best = sorted(folder.glob("best-*.ckpt"))[-1]
+    assert "optimizer_states" in load(folder / "last.ckpt")
+    args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--resume", str(best))
     assert train.main(args) == 2
     err = capsys.readouterr().err.strip()
-    assert (
-        err
-        == f"error: {tmp_path / 'weights.ckpt'}: holds weights only, no training state to resume"
+    assert err == (
+        f"error: {best}: holds weights only, no training state to resume (resume from the run's "
+        "last.ckpt)"
     )
-    assert not (tmp_path / "runs").exists()
 
 
 def test_a_new_max_steps_moves_the_end_and_keeps_the_schedule(
@@ -194,7 +197,9 @@ def test_a_new_max_steps_moves_the_end_and_keeps_the_schedule(
 
     monkeypatch.chdir(interrupted)
     copy_of = shutil.copytree(interrupted / "interrupted", tmp_path / "interrupted")
-    ckpt = copy_of / "rnn-additive" / "version_0" / "checkpoints" / "best-10.ckpt"
+    # The crashed run's step-10 state (another test may have resumed the run past it since).
+    ckpt = copy_of / "rnn-additive" / "version_0" / "checkpoints" / "last.ckpt"
+    shutil.copyfile(interrupted / STEP_10, ckpt)
     flags = tiny_train_args(tiny_corpus, tmp_path / "runs", *EXACT)
     assert train.main([*flags, "--max-steps", "30", "--resume", str(ckpt)]) == 0
     assert load(ckpt.with_name("last.ckpt"))["global_step"] == 30
@@ -218,7 +223,7 @@ def test_resume_refuses_other_training_pairs(
     lines[5] = lines[5].upper()
     (edited / "train.en").write_text("\n".join(lines) + "\n")
     monkeypatch.chdir(interrupted)
-    ckpt = ckpt_dir(interrupted, "straight") / "best-10.ckpt"
+    ckpt = ckpt_dir(interrupted, "straight") / "last.ckpt"
     args = tiny_train_args(edited, tmp_path / "runs", *EXACT, "--resume", str(ckpt))
     assert train.main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]

@@ -1,5 +1,6 @@
 """End-to-end runs of scripts/train.py on the tiny corpus, in-process."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -123,3 +124,62 @@ def test_a_resumed_run_keeps_the_precision_auto_gave_it_on_any_cpu(
     assert train.main(args(6, "--resume", str(last))) == 0
     resumed = torch.load(last, weights_only=True)
     assert (resumed["global_step"], resumed["precision"]) == (6, "32-true")
+
+
+def test_a_run_says_its_plan_shows_the_whole_run_and_ends_naming_its_best_checkpoint(
+    tiny_corpus, tmp_path, monkeypatch, capsys, caplog
+):
+    """Once 20 updates past the first 5 are timed, the run's updates, epochs and minutes; a bar of
+    the run's updates, not the epoch's batches; at the end the best checkpoint, its BLEU and the
+    command that scores it; and none of Lightning's lines a user cannot act on."""
+    monkeypatch.chdir(tmp_path)
+    args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--max-steps", "60", "--val-every", "30")
+    assert train.main(args) == 0
+    out, err = capsys.readouterr()
+    estimates = [line for line in out.splitlines() if line.startswith("Estimate")]
+    assert len(estimates) == 2  # without validation priced, then with it
+    assert "60 updates" in estimates[0] and "validation not included" in estimates[0]
+    assert "1 more validation of" in estimates[1]
+    assert re.search(r"Epoch 7/7: +100%.*\b60/60 \[", out)  # the run's 60, not an epoch's
+    assert not re.search(r"\b\d+/9 \[", out)  # 9 batches an epoch
+    folder = tmp_path / "runs" / "rnn-additive" / "version_0" / "checkpoints"
+    best = folder / "best-30.ckpt" if "best-30" in out else folder / "best-60.ckpt"
+    assert f"Best checkpoint: {best} (validation BLEU " in out
+    assert f"python scripts/evaluate.py {best} --split test" in out.splitlines()[-1]
+    assert "Model: RNNSeq2Seq, " in out
+    printed = out + err + caplog.text
+    for noise in ("TPU available", "FLOPs", "Fp32RecurrenceRNN", "LeafSpec", "v_num"):
+        assert noise not in printed, noise
+
+
+def test_best_checkpoints_hold_weights_and_what_scoring_reads_and_last_the_training_state(
+    tiny_corpus, tmp_path, monkeypatch
+):
+    """Adam's moments (twice the weights) only in last.ckpt, which a resume reads; each best and
+    recent checkpoint holds what loading, averaging and scoring read."""
+    from seq2seq.checkpoint import read_checkpoint
+    from seq2seq.decoding.averaging import average_checkpoints
+    from seq2seq.decoding.loading import load_model
+    from seq2seq.study.scoring import best_checkpoints
+
+    monkeypatch.chdir(tmp_path)
+    args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--max-steps", "30", "--keep-last", "2")
+    assert train.main(args) == 0
+    folder = tmp_path / "runs" / "rnn-additive" / "version_0" / "checkpoints"
+    last = torch.load(folder / "last.ckpt", weights_only=True)
+    assert last["optimizer_states"] and last["callbacks"]
+    kept = best_checkpoints(folder, last) + best_checkpoints(folder, last, monitor="step")
+    assert sorted({p.name for p, _ in kept}) == sorted(
+        p.name for p in folder.glob("*.ckpt") if p.name != "last.ckpt"
+    )
+    assert len(kept) == 5  # best-10, -20, -30 and recent-20, -30
+    for path, _ in kept:
+        checkpoint = read_checkpoint(path)
+        assert "optimizer_states" not in checkpoint and "lr_schedulers" not in checkpoint
+        assert checkpoint["tokenizer"] == last["tokenizer"]
+        assert checkpoint["model_args"] == last["model_args"]
+        assert checkpoint["hyper_parameters"]["corpus"] == last["hyper_parameters"]["corpus"]
+        load_model(path)
+    assert path.stat().st_size < (folder / "last.ckpt").stat().st_size
+    average_checkpoints([p for p, _ in kept], tmp_path / "average.ckpt")
+    load_model(tmp_path / "average.ckpt")
