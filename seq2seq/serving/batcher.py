@@ -24,14 +24,14 @@ call longer than the largest request the server takes. A request whose caller ga
 is dropped from the queue unrun.
 
 The batchers of a server run their batches on one thread (seq2seq.serving.server's TorchThread), so
-they share one `Turns`: a worker takes its batch only once it has the turn, and runs it at once. A
-model's jobs wait in its queue while another model's batch runs, and count as queued all that time:
-a batch's clock starts when it starts running, later jobs with its key can still join it, and a
-job that has waited `max_seconds` for its turn is refused unrun then and there, as one that waited
-behind its own model's batches is. (When the worker took its batch first and then waited for the thread, the
-batch's `max_seconds` counted the other model's run too: a request for two models, each in time
-alone, was stopped partway with its work thrown away.) Turns go first come, first served, so no
-model waits behind another's steady traffic for more than one batch a model.
+they share one `Turns`: a worker takes its batch only once it has the turn, and runs it at once.
+A batch taken first and run later would have its `max_seconds` spent on another model's run, and
+a request for two models, each in time alone, would be stopped partway. So a model's jobs wait in
+its queue while another model's batch runs, and count as queued all that time: a batch's clock
+starts when it starts running, later jobs with its key can still join it, and a job that has
+waited `max_seconds` for its turn is refused unrun then and there, as one that waited behind its
+own model's batches is. Turns go first come, first served, so no model waits behind another's
+steady traffic for more than one batch a model.
 
 A running batch cannot be interrupted from outside, so `run` gets a `check` to call between the
 model's steps: it raises `Stopped` once the batch has run `max_seconds` (TimedOut), once every job
