@@ -14,9 +14,9 @@ of a row's mass on EOS (fairseq #4446 reports > 0.6 in almost every row), so row
 matrix sum to less than 1 unless `renormalize=True`. EOS is dropped *before* the argmax in
 `hard_links`, so a target word that attends mostly to EOS still links to its best real word.
 
-Two directions of a statistical aligner become one set of links with `symmetrize`: their
-intersection, or grow-diag-final-and (Koehn et al. 2005; fast_align's `atools -c
-grow-diag-final-and`).
+Two directions (a statistical aligner's, or the attention of a de->en and an en->de translator) become
+one set of links with `symmetrize`: their intersection, their union, or grow-diag-final(-and) (Koehn
+et al. 2005; fast_align's `atools -c grow-diag-final-and`). `JOINS` names them.
 
 AER (Och & Ney 2003), with A the hypothesis links, S the sure and P the possible gold links
 (S ⊆ P), counted over the whole corpus:
@@ -130,31 +130,33 @@ def hard_links(
     return sorted(chosen)
 
 
+Join = Literal["intersect", "union", "grow-diag-final", "grow-diag-final-and"]
+JOINS: tuple[Join, ...] = ("intersect", "union", "grow-diag-final", "grow-diag-final-and")
+
+
 def symmetrize(
-    fwd: Iterable[Link],
-    rev: Iterable[Link],
-    method: Literal["intersect", "grow-diag-final-and"] = "grow-diag-final-and",
+    fwd: Iterable[Link], rev: Iterable[Link], method: Join = "grow-diag-final-and"
 ) -> list[Link]:
     """One set of (source word, target word) links from an aligner's two directions, sorted.
 
-    `intersect` keeps the links both directions found: precise, sparse. `grow-diag-final-and`
-    (Koehn et al. 2005, as fast_align's atools) starts from the intersection and adds links of
-    the union: first, repeatedly, each union link that neighbours a chosen link (sideways or
-    diagonally) and has a word not yet aligned on either side (grow-diag); then each remaining link
-    of the forward, then of the reverse direction whose two words are both still unaligned
-    (final-and). Links are visited in sorted order, so the result does not depend on input order.
+    `intersect` keeps the links both directions found: precise, sparse; `union` keeps every link
+    either found. `grow-diag-final` and `grow-diag-final-and` (Koehn et al. 2005, as fast_align's
+    atools) start from the intersection and add links of the union: first, repeatedly, each union
+    link that neighbours a chosen link (sideways or diagonally) and has a word not yet aligned on
+    either side (grow-diag); then each remaining link of the forward, then of the reverse direction
+    with a word still unaligned (final) or with both words still unaligned (final-and). Links are
+    visited in sorted order, so the result does not depend on input order.
 
     Args:
         fwd, rev: the two directions' links, both written (source word, target word).
-        method: "intersect" or "grow-diag-final-and".
+        method: one of JOINS.
     """
-    if method not in ("intersect", "grow-diag-final-and"):
-        raise ValueError(f"method must be intersect or grow-diag-final-and, got {method!r}")
+    if method not in JOINS:
+        raise ValueError(f"method must be one of {', '.join(JOINS)}, got {method!r}")
     fwd, rev = set(fwd), set(rev)
-    links = fwd & rev
-    if method == "intersect":
-        return sorted(links)
-    union = fwd | rev
+    links, union = fwd & rev, fwd | rev
+    if method in ("intersect", "union"):
+        return sorted(links if method == "intersect" else union)
     src_done, tgt_done = {s for s, _ in links}, {t for _, t in links}
 
     def add(link: Link) -> None:
@@ -172,11 +174,18 @@ def symmetrize(
                 if new in union and new not in links and free:
                     add(new)
                     grown = True
-    for side in (fwd, rev):  # final-and: both words still unaligned
+    both = method == "grow-diag-final-and"
+    for side in (fwd, rev):  # final: a word still unaligned; final-and: both
         for s, t in sorted(side - links):
-            if s not in src_done and t not in tgt_done:
+            free = (s not in src_done, t not in tgt_done)
+            if all(free) if both else any(free):
                 add((s, t))
     return sorted(links)
+
+
+def flip(links: Iterable[Link]) -> list[Link]:
+    """Links of the reverse direction, (target word, source word), written (source, target)."""
+    return sorted((t, s) for s, t in links)
 
 
 def format_pharaoh(links: Iterable[Link]) -> str:

@@ -7,6 +7,7 @@ import torch
 
 from seq2seq.alignment.words import (
     alignment_error_rate,
+    flip,
     format_pharaoh,
     hard_links,
     merge_to_words,
@@ -159,8 +160,14 @@ def test_symmetrize_by_hand() -> None:
     # grow-diag takes diagonal neighbours and repeats until nothing changes: a chain from 0-0.
     chain = {(0, 0), (1, 1), (2, 2), (3, 3)}
     assert symmetrize({(0, 0)}, chain) == sorted(chain)
+    # union: every link of either direction.
+    assert symmetrize(fwd, rev, "union") == [(0, 0), (0, 1), (1, 1), (2, 1), (3, 4), (4, 4)]
+    # grow-diag-final: the same grow-diag; then forward 4-4 (both free) is added, and reverse 3-4
+    #   too, as its source word 3 is still unaligned ("final" needs one free word, not both).
+    assert symmetrize(fwd, rev, "grow-diag-final") == [(0, 0), (1, 1), (2, 1), (3, 4), (4, 4)]
     with pytest.raises(ValueError, match="grow-diag-final-and"):
-        symmetrize(fwd, rev, "union")
+        symmetrize(fwd, rev, "grow-diag")
+    assert flip([(0, 1), (2, 0)]) == [(0, 2), (1, 0)]
 
 
 def _word_spans_by_character(text: str, spans: list[tuple[int, int]]) -> list[int]:
