@@ -399,7 +399,7 @@ def test_readme_results_name_the_cpus_each_study_trained_on() -> None:
 def test_study_page_pooled_holm_is_the_reports() -> None:
     """study.md's Transformer-against-`dot` seed 2 with the baseline report's and the scorer study's
     tests adjusted as one family, recomputed from the two committed report.json files."""
-    from seq2seq.study.report import holm
+    from seq2seq.study.significance import holm
 
     tests = [
         test

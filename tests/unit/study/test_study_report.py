@@ -11,7 +11,7 @@ import pytest
 from seq2seq.commands import study as study_script
 from seq2seq.decoding.metrics import corpus_bleu, corpus_chrf
 from seq2seq.study.agreement import COIN_TOSS, delta_for, pairwise_accuracy
-from seq2seq.study.report import holm
+from seq2seq.study.significance import holm
 
 
 def test_holm_equals_a_hand_computation():
