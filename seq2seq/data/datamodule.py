@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from seq2seq.data.batching import TokenBudgetBatchSampler, collate
 from seq2seq.data.config import DataConfig, order_fields
 from seq2seq.data.prepare import prepare
-from seq2seq.data.split_rows import SplitRows
+from seq2seq.data.shards import SplitRows
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.errors import UserError
 

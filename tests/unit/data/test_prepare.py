@@ -12,8 +12,7 @@ import pytest
 from seq2seq.commands import prepare as prepare_command
 from seq2seq.data import prepare as prep
 from seq2seq.data.datamodule import TranslationDataModule, load_split
-from seq2seq.data.shards import record_batch, split_schema
-from seq2seq.data.split_rows import SplitRows
+from seq2seq.data.shards import SplitRows, record_batch, split_schema
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.errors import UserError
 from seq2seq.training.config import TrainConfig

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from seq2seq.data import prepare as prep
-from seq2seq.data.split_rows import SplitRows
+from seq2seq.data.shards import SplitRows
 from seq2seq.errors import UserError
 from seq2seq.training.config import TrainConfig
 from tests.conftest import write_corpus

@@ -16,7 +16,7 @@ from seq2seq.data import prepare as prep
 from seq2seq.data.batching import collate
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.links import LinkedPairs, dense_reference, encode_with_links, piece_links
-from seq2seq.data.split_rows import SplitRows
+from seq2seq.data.shards import SplitRows
 from seq2seq.data.tokenizer import EOS, Tokenizer
 from seq2seq.data.words import Link, word_spans_in_text
 from seq2seq.decoding.translator import Translator, word_alignment
