@@ -23,6 +23,7 @@ COMMANDS = {
     "study": ("study", "train and score variants x seeds, with a report of significance"),
     "plot-attention": ("plot_attention", "draw one sentence's attention, a panel per checkpoint"),
     "silver-alignments": ("silver_alignments", "silver word alignments with eflomal"),
+    "fit-foresight": ("foresight", "fit a foresight alignment head on a frozen GRU translator"),
 }
 PROG = "seq2seq"
 

@@ -14,6 +14,10 @@ the hypotheses (one per line, in input order) to `--out`, by default next to the
 precision and recall (Och & Ney 2003). By default the model reads the first reference teacher-forced, as
 alignment papers measure it; `--align-on hyp` scores the alignments of its own translations instead,
 against a gold (or silver) file made for those translations (`seq2seq silver-alignments` on them).
+`--align-reading foresight` reads the links from the checkpoint's foresight head (`seq2seq
+fit-foresight`) instead of its attention. `--reverse CKPT2`, a checkpoint of the other direction, also
+scores its links (each pair read turned round) and both directions' joined by intersection, union,
+grow-diag-final and grow-diag-final-and: one AER line each, named by its reading.
 
 The procedure returns the figures; this command writes the files, each whole or not at all: the
 hypotheses (`--out`) and, with `--json FILE`, the figures as JSON (the keys `result_json` lists; the
@@ -72,6 +76,15 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "--align-direction", choices=("tgt2src", "src2tgt", "intersect"), default="tgt2src",
         help="tgt2src: each target word to its best source word; src2tgt; or both's intersection",
     )  # fmt: skip
+    parser.add_argument(
+        "--align-reading", choices=("attention", "foresight"), default="attention",
+        help="read the links from the model's attention, or from its foresight head "
+        "(seq2seq fit-foresight)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--reverse", metavar="CKPT2", help="a checkpoint of the other direction (en->de for de->en): "
+        "also score its links and both directions' joined",
+    )  # fmt: skip
     return parser
 
 
@@ -100,7 +113,12 @@ def eval_options(args: argparse.Namespace) -> EvalOptions:
     """The flags as `EvalOptions`; a bad value is a UserError naming its flag."""
     alignment = None
     if args.align_ref:
-        alignment = AlignmentScoring(args.align_ref, args.align_on, args.align_direction)
+        alignment = AlignmentScoring(
+            args.align_ref, args.align_on, args.align_direction, args.align_reading, args.reverse
+        )
+    elif args.reverse or args.align_reading != "attention":
+        flag = "--reverse" if args.reverse else "--align-reading"
+        raise UserError(f"{flag} scores alignments: give --align-ref GOLD too")
     return EvalOptions(
         search=search_config(args),
         device=args.device,
@@ -142,7 +160,14 @@ def result_json(found: Evaluation, hypotheses: Path) -> dict[str, Any]:
             "align_links": score.hyp_links,
             "align_ref": found.alignment.gold,
             "align_on": found.alignment.on,
+            "align_reading": found.alignment.reading,
         }
+    if len(found.readings) > 1:  # with --reverse: every reading, this checkpoint's first
+        result["alignments"] = [
+            {"reading": r.reading, "aer": r.score.aer, "precision": r.score.precision,
+             "recall": r.score.recall, "links": r.score.hyp_links}
+            for r in found.readings
+        ]  # fmt: skip
     return result
 
 
@@ -179,10 +204,14 @@ def report(result: dict[str, Any], json_path: str | None) -> None:
         f"({result['seconds']:.2f} s, beam {result['beam']}, {result['device']})",
         f"hypotheses: {result['hypotheses']}",
     ]
-    if "aer" in result:
+    readings = result.get("alignments") or []
+    if "aer" in result and not readings:
+        readings = [{"reading": result["align_reading"], "aer": result["aer"],
+                     "precision": result["align_precision"], "recall": result["align_recall"]}]  # fmt: skip
+    for r in readings:  # one line a reading, named first in the brackets
         lines.append(
-            f"AER = {result['aer']:.4f}  precision = {result['align_precision']:.4f}  recall = "
-            f"{result['align_recall']:.4f}  ({result['align_on']}; {result['align_ref']})"
+            f"AER = {r['aer']:.4f}  precision = {r['precision']:.4f}  recall = {r['recall']:.4f}  "
+            f"({r['reading']}; {result['align_on']}; {result['align_ref']})"
         )
     if json_path == "-":  # stdout is the JSON alone, so it pipes into jq
         print(json.dumps(result, indent=2))

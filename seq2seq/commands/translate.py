@@ -6,16 +6,24 @@ a blank line out. Bytes that are not UTF-8 are replaced (U+FFFD) with a warning 
 line; so is a line too long for the model, which is cut to fit. `--plot-dir DIR` writes the attention
 of each translation, as the search chose it, to DIR/<line>.png (source subwords on x, output on y).
 The output formats are described in OUTPUT below (and `--help`).
+
+`--align-reading foresight` reads the alignments from the checkpoint's foresight head (`seq2seq
+fit-foresight`), teacher-forced on each translation. `--reverse CKPT2`, a checkpoint of the other
+direction, reads each translation back (translation -> source) and the links of both directions are
+joined (`--join`, grow-diag-final-and by default): seq2seq.alignment.joined.
 """
 
 import argparse
 import sys
 from typing import IO
 
+from seq2seq.alignment.words import JOINS
 from seq2seq.cli import cli_message
 from seq2seq.decoding.flags import decoding_parser, pick_device, search_config
 from seq2seq.decoding.stream import LineOutput, open_or, translate_stream
 from seq2seq.errors import UserError
+
+READINGS = ("attention", "foresight")  # seq2seq.decoding.translator.READINGS
 
 OUTPUT = """output, for each input line (LINE counts input lines from 0, as Moses n-best lists do):
   default             TEXT
@@ -29,7 +37,9 @@ OUTPUT = """output, for each input line (LINE counts input lines from 0, as Mose
                       tgt_tokens, attention (target x source subwords, Transformer heads
                       averaged), src_words, tgt_words, word_attention, word_alignment, and
                       nbest (a list of such objects) with --nbest
-  Word attention drops the </s> column, so its rows sum to 1 minus the weight on </s>."""
+  Word attention drops the </s> column, so its rows sum to 1 minus the weight on </s>.
+  The JSON's "reading" names what the links were read from: attention, foresight, or
+  joined:METHOD with --reverse (its matrices stay the forward model's)."""
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -46,6 +56,18 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--align-direction", choices=("tgt2src", "src2tgt", "intersect"), default="tgt2src",
         help="hard links: each target word to its best source word, the reverse, or both agree",
+    )  # fmt: skip
+    parser.add_argument(
+        "--align-reading", choices=READINGS, default="attention",
+        help="read alignments from the model's attention, or its foresight head (fit-foresight)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--reverse", metavar="CKPT2", help="a checkpoint of the other direction: join the links "
+        "of both (each translation read back, teacher-forced)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--join", choices=JOINS, default="grow-diag-final-and",
+        help="how --reverse joins the two directions' links",
     )  # fmt: skip
     parser.add_argument(
         "--plot-dir", metavar="DIR", help="write one alignment heatmap PNG per sentence here"
@@ -67,17 +89,26 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 def translate(args: argparse.Namespace, stdin: IO[bytes], stdout: IO[str]) -> int:
     search = search_config(args)
+    from seq2seq.alignment.joined import JoinedTranslator
     from seq2seq.decoding.translator import Translator
+
+    if args.reverse and args.alignments == "none":
+        raise UserError("--reverse joins alignments: give --alignments hard or soft too")
 
     output = LineOutput(
         scores=args.scores,
         alignments=args.alignments,
         align_direction=args.align_direction,
+        align_reading=args.align_reading,
         plot_dir=args.plot_dir,
         batch_tokens=args.batch_tokens,
         batch_size=args.batch_size,
     )
-    translator = Translator.load(args.checkpoint, pick_device(args.device))
+    device = pick_device(args.device)
+    translator = Translator.load(args.checkpoint, device)
+    if args.reverse:
+        reverse = Translator.load(args.reverse, device)
+        translator = JoinedTranslator(translator, reverse, args.join)
     with open_or(args.input, stdin) as source:
         translate_stream(translator, source, stdout, search, output)
     return 0

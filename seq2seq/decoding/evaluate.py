@@ -5,12 +5,17 @@ it with sacreBLEU (BLEU, chrF), optionally the word alignments too (AER against 
 hypotheses, nothing written; `EvalOptions` holds how it translates and scores. `seq2seq evaluate`
 (seq2seq.commands.evaluate) is its command line: it prints the figures and writes the hypotheses and
 the JSON. A bad input is a UserError naming the flag that gave it, before any translation.
+
+Alignments are scored in the reading `AlignmentScoring.reading` names (the model's attention, or its
+foresight head: seq2seq.decoding.translator); with `AlignmentScoring.reverse`, a checkpoint of the
+other direction, also the reverse direction's links and those of both joined by each of
+seq2seq.alignment.words.JOINS, each its own `AlignmentResult` in `Evaluation.readings`.
 """
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 
@@ -20,17 +25,24 @@ from seq2seq.decoding.metrics import Score
 from seq2seq.decoding.search_config import SearchConfig
 from seq2seq.errors import UserError
 
+if TYPE_CHECKING:
+    from seq2seq.decoding.translator import Translator
+
 AlignOn = Literal["ref", "hyp"]
 AlignDirection = Literal["tgt2src", "src2tgt", "intersect"]
+AlignReading = Literal["attention", "foresight"]  # seq2seq.decoding.translator.READINGS
 
 
 @dataclass(frozen=True)
 class AlignmentScoring:
-    """Score the model's word alignments too (`--align-ref`, `--align-on`, `--align-direction`)."""
+    """Score the model's word alignments too (`--align-ref`, `--align-on`, `--align-direction`,
+    `--align-reading`, `--reverse`)."""
 
     gold: str  # a gold Pharaoh file, one line per pair (`i-j` sure, `ipj` possible)
     on: AlignOn = "ref"  # ref: the model reads the first reference, teacher-forced; hyp: its output
     direction: AlignDirection = "tgt2src"  # how subword attention becomes word links
+    reading: AlignReading = "attention"  # the model's attention, or its foresight head's
+    reverse: str | None = None  # a checkpoint of the other direction: its links, and both joined
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,7 @@ class AlignmentResult:
     score: AERScore  # AER, precision, recall and the counts behind them
     gold: str  # the gold file
     on: str  # what the model read and how its links were read, in words
+    reading: str = "attention"  # attention, foresight, reverse:<reading>, joined:<method>...
 
 
 @dataclass(frozen=True)
@@ -68,7 +81,8 @@ class Evaluation:
     seconds: float  # the translation's wall time
     device: str  # the device it ran on
     search: SearchConfig
-    alignment: AlignmentResult | None = None
+    alignment: AlignmentResult | None = None  # this checkpoint's reading
+    readings: tuple[AlignmentResult, ...] = ()  # every reading scored, `alignment` first
 
     @property
     def sentences(self) -> int:
@@ -105,8 +119,21 @@ def evaluate(
     files = read_files(src_file, ref_files) if src_file is not None else None  # fail fast
     aligning = options.alignment
     gold = read_pharaoh(aligning.gold) if aligning else None
+    corpus = corpus_of(read_checkpoint(checkpoint))
+    if aligning is not None and aligning.reverse is not None:
+        check_reverse(corpus, aligning.reverse)
     translator = Translator.load(checkpoint, device)
-    sources, references, data = files or read_split(split, corpus_of(read_checkpoint(checkpoint)))
+    reverse = None
+    if aligning is not None:
+        if aligning.reverse is not None:
+            reverse = Translator.load(aligning.reverse, device)
+        for path, reader in ((checkpoint, translator), (aligning.reverse, reverse)):
+            if aligning.reading == "foresight" and reader is not None and reader.foresight is None:
+                raise UserError(
+                    f"--align-reading foresight: {path} holds no foresight head "
+                    "(fit one with `seq2seq fit-foresight`)"
+                )
+    sources, references, data = files or read_split(split, corpus)
     if not sources:
         raise UserError(f"no sentences to evaluate in {data}")
     if gold is not None and len(gold) != len(sources):
@@ -119,16 +146,22 @@ def evaluate(
     results = translator.translate(
         sources, options.search, *batching, return_alignments=own,
         direction=aligning.direction if aligning else "tgt2src",
+        reading=aligning.reading if own else "attention",
     )  # fmt: skip
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - start
     hypotheses = [result.text for result in results]
-    alignment = None
+    readings: list[AlignmentResult] = []
     if aligning is not None:
+        targets = hypotheses if own else references[0]
         if not own:
-            results = translator.align(sources, references[0], *batching, aligning.direction)
-        alignment = score_alignments([r.word_alignment for r in results], gold, aligning)
+            results = translator.align(
+                sources, targets, *batching, aligning.direction, reading=aligning.reading
+            )
+        readings.append(score_alignments(results, gold, aligning))
+        if reverse is not None:
+            readings += score_joined(results, reverse, targets, sources, gold, aligning, batching)
     return Evaluation(
         checkpoint=str(checkpoint),
         data=data,
@@ -138,7 +171,8 @@ def evaluate(
         seconds=seconds,
         device=str(device),
         search=options.search,
-        alignment=alignment,
+        alignment=readings[0] if readings else None,
+        readings=tuple(readings),
     )
 
 
@@ -184,10 +218,47 @@ def read_split(split: str, corpus: dict | None) -> tuple[list[str], list[list[st
     return pairs.src, [pairs.tgt], f"{source.location} {found} ({src}-{tgt})"
 
 
-def score_alignments(links: list, gold: list, scoring: AlignmentScoring) -> AlignmentResult:
-    """AER, precision and recall of the model's `links` (one list per pair) against `gold`."""
+def check_reverse(corpus: dict | None, reverse: str) -> None:
+    """Refuses a `--reverse` checkpoint that is not one (or that names a corpus the same way round)."""
+    from seq2seq.checkpoint import corpus_of, read_checkpoint
+
+    other = corpus_of(read_checkpoint(reverse))
+    if corpus is None or other is None:  # a checkpoint that names no corpus is taken at its word
+        return
+    if (other["src"], other["tgt"]) != (corpus["tgt"], corpus["src"]):
+        raise UserError(
+            f"--reverse {reverse} translates {other['src']}->{other['tgt']}, not "
+            f"{corpus['tgt']}->{corpus['src']}"
+        )
+
+
+def score_alignments(
+    results: list, gold: list, scoring: AlignmentScoring, reading: str | None = None
+) -> AlignmentResult:
+    """AER, precision and recall of the word links of `results` (Translations, one per pair)
+    against `gold`, labelled `reading` (default: the results' own)."""
     from seq2seq.alignment.words import alignment_error_rate
 
     on = "the first reference, teacher-forced" if scoring.on == "ref" else "its translations"
-    score = alignment_error_rate(links, gold)
-    return AlignmentResult(score, scoring.gold, f"{on}, {scoring.direction}")
+    score = alignment_error_rate([r.word_alignment or [] for r in results], gold)
+    reading = reading or (results[0].reading if results else scoring.reading)
+    return AlignmentResult(score, scoring.gold, f"{on}, {scoring.direction}", reading)
+
+
+def score_joined(
+    results: list, reverse: "Translator", targets: list[str], sources: list[str], gold: list,
+    scoring: AlignmentScoring, batching: tuple[int | None, int | None],
+) -> list[AlignmentResult]:  # fmt: skip
+    """The reverse translator's reading of each pair turned round (target, source), and the forward
+    `results` joined with it by each of JOINS, scored."""
+    from seq2seq.alignment.joined import join_all
+    from seq2seq.alignment.words import JOINS, flip
+
+    back = reverse.align(targets, sources, *batching, scoring.direction, reading=scoring.reading)
+    flipped = [replace(r, word_alignment=flip(r.word_alignment or [])) for r in back]
+    scored = [score_alignments(flipped, gold, scoring, f"reverse:{scoring.reading}")]
+    for method in JOINS:
+        scored.append(
+            score_alignments(join_all(results, back, method, scoring.reading), gold, scoring)
+        )
+    return scored

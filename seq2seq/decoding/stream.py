@@ -27,6 +27,7 @@ class LineOutput:
     scores: bool = False  # LINE ||| TEXT ||| SCORE
     alignments: Literal["none", "hard", "soft"] = "none"  # Pharaoh links, or JSON lines
     align_direction: Literal["tgt2src", "src2tgt", "intersect"] = "tgt2src"
+    align_reading: Literal["attention", "foresight"] = "attention"  # Translator.translate's reading
     plot_dir: str | None = None  # one alignment heatmap PNG per sentence here
     batch_tokens: int | None = 4096  # source tokens per batch
     batch_size: int | None = None  # sentences per batch (instead of tokens)
@@ -68,6 +69,7 @@ def translate_chunk(
         results = translator.translate(
             lines, search, output.batch_tokens, output.batch_size,
             return_alignments=output.alignments != "none", direction=output.align_direction,
+            reading=output.align_reading,
         )  # fmt: skip
     for warning in caught:  # ours name the line; others pass through unchanged
         if isinstance(warning.message, TruncatedInput):

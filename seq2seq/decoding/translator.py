@@ -19,6 +19,15 @@ target word's rows are averaged (alignment.merge_to_words). **EOS is dropped**, 
 row aligns nothing. `word_alignment` links each target word to its highest-weighted source word
 (`direction="tgt2src"`; also "src2tgt" and "intersect").
 
+**Readings.** Alignments are read from the model's own attention (`reading="attention"`, the
+default), or from a foresight head (`reading="foresight"`): an attention whose query has read the
+target piece it aligns, fitted beside the frozen model by `seq2seq fit-foresight` and kept in a copy
+of its checkpoint (seq2seq.models.foresight, seq2seq.alignment.foresight). With it, `attention` and
+the word values are the head's, read teacher-forced on the pair (`align`) or on the chosen
+translation (`translate`); the search itself is unchanged. Every result names its reading
+(`Translation.reading`, also in `to_dict`); the links of a de->en and an en->de translator joined are
+seq2seq.alignment.joined's ("joined:grow-diag-final-and", ...).
+
 **Length.** The Transformer's position table bounds every length (`positions.max_len`): a longer source
 (or `align` target) is cut to fit, with a `TruncatedInput` warning naming the sentence, and no output
 grows past it. The GRU has no limit. The scripts (evaluate.py, translate.py) are thin wrappers.
@@ -34,16 +43,22 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seq2seq.alignment.foresight import head_of
 from seq2seq.alignment.stats import means, recorded_scores, row_sums, stacked_scores
 from seq2seq.alignment.words import hard_links, merge_to_words
+from seq2seq.checkpoint import read_checkpoint
 from seq2seq.data.batching import TokenBudgetBatchSampler, collate
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.data.words import NOT_A_WORD, Link, word_spans_in_text
 from seq2seq.decoding.loading import load_model
 from seq2seq.decoding.search import Hypotheses, SearchConfig, translate_batch
+from seq2seq.errors import UserError
+from seq2seq.models.foresight import ForesightHead, foresight_weights, translator_states
 from seq2seq.models.interface import Seq2Seq
 
 Direction = Literal["tgt2src", "src2tgt", "intersect"]
+Reading = Literal["attention", "foresight"]  # what word alignments are read from (module docstring)
+READINGS: tuple[Reading, ...] = ("attention", "foresight")
 Span = tuple[int, int]  # (start, end) characters of a subword in its sentence
 Source = tuple[str, list[Span], list[int]]  # a sentence, its subwords' spans and their ids
 
@@ -60,6 +75,9 @@ class Translation:
     word_attention: (len(tgt_words), len(src_words)), heads reduced as `alignment_head` says, EOS
         dropped (module docstring); None unless alignments were asked for.
     word_alignment: (source word, target word) index pairs, sorted; None unless asked for.
+    reading: what `attention` and the word values were read from: "attention" (the model's),
+        "foresight" (its foresight head's), or "joined:<method>" (word_alignment: the links of two
+        directions joined, seq2seq.alignment.joined; the matrices stay this direction's).
     """
 
     text: str
@@ -73,6 +91,7 @@ class Translation:
     word_attention: Tensor | None = None
     word_alignment: list[Link] | None = None
     alignment_head: int | None = None  # the head alignments read (None: the mean of the heads)
+    reading: str = "attention"
 
     def to_dict(self, digits: int | None = None) -> dict[str, Any]:
         """JSON-ready values: matrices as nested lists (`attention` averaged over heads, or the
@@ -87,7 +106,8 @@ class Translation:
         if mean.dim() == 3:
             head = self.alignment_head
             mean = mean.mean(1) if head is None else mean[:, head]  # (T, S)
-        out = {"text": self.text, "score": self.score, "src_tokens": self.src_tokens}
+        out = {"text": self.text, "score": self.score, "reading": self.reading}
+        out["src_tokens"] = self.src_tokens
         out.update(tgt_tokens=self.tgt_tokens, attention=rows(mean))
         out.update(src_words=self.src_words, tgt_words=self.tgt_words)
         if self.word_attention is not None:
@@ -136,17 +156,26 @@ def word_alignment(
 
 
 class Translator:
-    """Translate with `model` and `tokenizer` on `device` (the model is moved there, in eval mode)."""
+    """Translate with `model` and `tokenizer` on `device` (the model is moved there, in eval mode);
+    `foresight`: the model's foresight head, which the "foresight" reading needs."""
 
-    def __init__(self, model: Seq2Seq, tokenizer: Tokenizer, device: str | torch.device = "cpu"):
+    def __init__(
+        self,
+        model: Seq2Seq,
+        tokenizer: Tokenizer,
+        device: str | torch.device = "cpu",
+        foresight: ForesightHead | None = None,
+    ):
         self.device = torch.device(device)
         self.model, self.tokenizer = model.to(self.device).eval(), tokenizer
+        self.foresight = None if foresight is None else foresight.to(self.device).eval()
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu") -> "Translator":
-        """A Translator for the checkpoint at `path` (the file alone is enough)."""
+        """A Translator for the checkpoint at `path` (the file alone is enough), with the foresight
+        head the checkpoint holds, if any."""
         model, tokenizer = load_model(path)
-        return cls(model, tokenizer, device)
+        return cls(model, tokenizer, device, head_of(read_checkpoint(path)))
 
     def translate(
         self,
@@ -157,6 +186,7 @@ class Translator:
         return_alignments: bool = False,
         direction: Direction = "tgt2src",
         check: Callable[[], None] | None = None,
+        reading: Reading = "attention",
         **settings: float,
     ) -> list[Translation]:
         """Translate `sentences` (raw text); one result per sentence, in order. A blank sentence gets
@@ -165,26 +195,33 @@ class Translator:
         `settings` override fields of `search` (default: SearchConfig()) by name (`beam=5`,
         `nbest=3`, `length_penalty=0.6`). Batches hold `batch_tokens` source tokens, or
         `batch_size` sentences when that is given. `return_alignments` adds `word_attention` and
-        `word_alignment` (links in `direction`) to every result, n-best ones included. `check` is
-        called before every search step; what it raises ends the call (a server's deadline).
+        `word_alignment` (links in `direction`) to every result, n-best ones included, read as
+        `reading` says (the module docstring). `check` is called before every search step; what it
+        raises ends the call (a server's deadline).
         """
+        self._check_reading(reading)
         search = replace(search or SearchConfig(), **settings)
         encoded = [self.tokenizer.encode_with_spans(line) for line in sentences]
         kept = [i for i, line in enumerate(sentences) if line.strip()]
         src_ids = self._fit([encoded[i][0] for i in kept], kept, "source")
         found = self.search(src_ids, search, batch_tokens, batch_size, check)
+        if not return_alignments:
+            reading = "attention"  # nothing read again: the attention is the search's
+        elif reading != "attention":  # each hypothesis read again, teacher-forced
+            found = self._read_hypotheses(src_ids, found, reading, batch_tokens, batch_size)
         words = direction if return_alignments else None
         results: dict[int, Translation] = {}
         for j, i in enumerate(kept):
             src, hyps = (sentences[i], encoded[i][1], src_ids[j]), found[j]
             options = [
-                self._result(src, ids, float(score), weights, words)
+                self._result(src, ids, float(score), weights, words, reading=reading)
                 for ids, score, weights in zip(hyps.tokens, hyps.scores, hyps.weights, strict=True)
             ]
             results[i] = replace(options[0], nbest=options if search.nbest > 1 else [])
         blank = ("", [], [])  # no words, no subwords: only EOS, attending to nothing
         return [
-            results.get(i) or self._result(blank, [], 0.0, torch.zeros(1, 1), words)
+            results.get(i)
+            or self._result(blank, [], 0.0, torch.zeros(1, 1), words, reading=reading)
             for i in range(len(sentences))
         ]
 
@@ -196,11 +233,13 @@ class Translator:
         batch_size: int | None = None,
         direction: Direction = "tgt2src",
         check: Callable[[], None] | None = None,
+        reading: Reading = "attention",
     ) -> list[Translation]:
         """Teacher-forced alignments: the model reads `targets[i]` as its translation of
         `sources[i]` (what alignment papers measure). Each result has `text` = the target, `score` =
-        log p(target | source) with EOS, the attention of that reading, and the word alignments.
-        `check` is called before each batch is read; what it raises ends the call."""
+        log p(target | source) with EOS, the attention of `reading` (the module docstring), and the
+        word alignments. `check` is called before each batch is read; what it raises ends the call."""
+        self._check_reading(reading)
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
         src, tgt = ([self.tokenizer.encode_with_spans(x) for x in xs] for xs in (sources, targets))
@@ -212,12 +251,12 @@ class Translator:
         for batch in self._batches(items, batch_tokens, batch_size):
             if check is not None:
                 check()
-            weights, scores = self._forced(batch)  # (B, T, [N,] S), (B,)
+            weights, scores = self._forced(batch, reading)  # (B, T, [N,] S), (B,)
             for b, i in enumerate(batch["index"].tolist()):
                 rows, cols = len(tgt_ids[i]) + 1, len(src_ids[i]) + 1  # with EOS
                 results[i] = self._result(
                     (sources[i], src[i][1], src_ids[i]), tgt_ids[i], scores[b],
-                    weights[b, :rows, ..., :cols], direction, (targets[i], tgt[i][1]),
+                    weights[b, :rows, ..., :cols], direction, (targets[i], tgt[i][1]), reading,
                 )  # fmt: skip
         return results
 
@@ -267,6 +306,39 @@ class Translator:
                 found[i] = hyps.nbest[b] if hyps.nbest is not None else one  # greedy: no list
         return found
 
+    def _check_reading(self, reading: str) -> None:
+        """Refuses a reading this Translator cannot give, before any work."""
+        if reading not in READINGS:
+            raise ValueError(f"reading must be one of {', '.join(READINGS)}, got {reading!r}")
+        if reading == "foresight" and self.foresight is None:
+            raise UserError(
+                "the checkpoint holds no foresight head: fit one with `seq2seq fit-foresight CKPT`"
+            )
+
+    def _read_hypotheses(
+        self,
+        src_ids: list[list[int]],
+        found: list[Hypotheses],
+        reading: Reading,
+        batch_tokens: int,
+        batch_size: int | None,
+    ) -> list[Hypotheses]:
+        """`found` with each hypothesis's weights read again as `reading`, teacher-forced on it."""
+        pairs = [(src_ids[i], list(ids)) for i, hyps in enumerate(found) for ids in hyps.tokens]
+        items = [{"src_ids": s, "tgt_ids": t, "index": k} for k, (s, t) in enumerate(pairs)]
+        read: list[Tensor] = [None] * len(items)  # type: ignore[list-item]
+        for batch in self._batches(items, batch_tokens, batch_size):
+            weights, _ = self._forced(batch, reading)  # (B, T, S)
+            for b, k in enumerate(batch["index"].tolist()):
+                rows, cols = len(items[k]["tgt_ids"]) + 1, len(items[k]["src_ids"]) + 1
+                read[k] = weights[b, :rows, :cols]
+        out, k = [], 0
+        for hyps in found:
+            n = len(hyps.tokens)
+            out.append(replace(hyps, weights=read[k : k + n]))
+            k += n
+        return out
+
     def _fit(self, id_lists: list[list[int]], places: Sequence[int], side: str) -> list[list[int]]:
         """Cut what the model cannot read (EOS or BOS still to come) to its length, with a warning
         per sentence that names its place in the caller's list."""
@@ -293,11 +365,18 @@ class Translator:
             yield collate([items[r] for r in rows])
 
     @torch.no_grad()
-    def _forced(self, batch: dict[str, Tensor]) -> tuple[Tensor, list[float]]:
-        """Teacher-forced attention (B, T, [N,] S) on the CPU and log p(target | source) per pair."""
+    def _forced(
+        self, batch: dict[str, Tensor], reading: Reading = "attention"
+    ) -> tuple[Tensor, list[float]]:
+        """Teacher-forced weights of `reading` (B, T, [N,] S) on the CPU and log p(target | source)
+        per pair."""
         batch = {name: value.to(self.device) for name, value in batch.items()}
         state = self.model.encode(batch["src"], batch["src_lens"], batch["src_mask"])
         features, weights = self.model.decode(state, batch["tgt_in"])  # (B, T, O), (B, T, [N,] S)
+        if (
+            reading == "foresight"
+        ):  # the head's weights instead (B, T, S); the score stays the model's
+            weights, _ = foresight_weights(self.foresight, translator_states(self.model, batch))
         mask = batch["tgt_mask"]  # (B, T)
         log_probs = self.model.generator(features[mask]).float().log_softmax(-1)  # (M, V) real
         token = log_probs.gather(1, batch["tgt_out"][mask].unsqueeze(1)).squeeze(1)  # (M,)
@@ -308,9 +387,11 @@ class Translator:
     def _result(
         self, src: Source, ids: list[int], score: float, weights: Tensor,
         direction: Direction | None, tgt: tuple[str, list[Span]] | None = None,
+        reading: Reading = "attention",
     ) -> Translation:  # fmt: skip
         """The Translation of source (text, spans, ids) as target `ids`, whose (text, spans) are
-        `tgt` when given (`align`), else decoded; with word alignments unless `direction` is None."""
+        `tgt` when given (`align`), else decoded; with word alignments unless `direction` is None;
+        `weights` are those of `reading`."""
         text, tgt_spans = tgt if tgt is not None else self.tokenizer.decode_with_spans(ids)
         result = Translation(
             text=text,
@@ -321,6 +402,7 @@ class Translator:
             src_words=src[0].split(),
             tgt_words=text.split(),
             alignment_head=self.model.alignment_head,
+            reading=reading,
         )
         if direction is not None:
             # (T, S): the head(s) training chose; a blank sentence's (1, 1) zeros have no heads

@@ -16,7 +16,8 @@ from tests.conftest import write_corpus
 KEYS = ["checkpoint", "data", "bleu", "bleu_signature", "brevity_penalty", "hyp_len", "ref_len",
         "chrf", "chrf_signature", "sentences", "seconds", "sentences_per_second", "beam",
         "length_penalty", "device", "hypotheses"]  # fmt: skip
-ALIGN_KEYS = ["aer", "align_precision", "align_recall", "align_links", "align_ref", "align_on"]
+ALIGN_KEYS = ["aer", "align_precision", "align_recall", "align_links", "align_ref", "align_on",
+              "align_reading"]  # fmt: skip
 
 
 @pytest.fixture

@@ -70,3 +70,56 @@ def test_bad_input_is_refused_before_the_checkpoint_is_read(tmp_path: Path) -> N
     (tmp_path / "ref.txt").write_text("a\n")
     with pytest.raises(UserError, match=r"src\.txt has 2 lines but .*ref\.txt has 1"):
         evaluate(never, src_file=str(tmp_path / "src.txt"), ref_files=[str(tmp_path / "ref.txt")])
+
+
+def reversed_copy(checkpoint: Path, folder: Path) -> Path:
+    """The checkpoint as if it translated en->de (same weights: the vocabulary is joint)."""
+    import torch
+
+    saved = torch.load(checkpoint, weights_only=True)
+    corpus = saved["hyper_parameters"]["corpus"]
+    corpus["src"], corpus["tgt"] = corpus["tgt"], corpus["src"]
+    torch.save(saved, folder / "en-de.ckpt")
+    return folder / "en-de.ckpt"
+
+
+def test_a_reverse_checkpoint_scores_its_links_and_both_joined(
+    premove_checkpoint: Path, corpus: Path
+) -> None:
+    from seq2seq.alignment.joined import join_all
+    from seq2seq.alignment.words import JOINS, flip
+
+    reverse = reversed_copy(premove_checkpoint, corpus.parent)
+    sources = (corpus / "test.de").read_text("utf-8").splitlines()
+    references = (corpus / "test.en").read_text("utf-8").splitlines()
+    fwd = Translator.load(premove_checkpoint).align(sources, references)
+    back = Translator.load(reverse).align(references, sources)
+    gold = corpus / "gold.align"  # the forward links: their AER is 0, the others' is not
+    gold.write_text("".join(format_pharaoh(r.word_alignment) + "\n" for r in fwd), "utf-8")
+    scoring = AlignmentScoring(str(gold), reverse=str(reverse))
+    found = evaluate(
+        premove_checkpoint, "test", options=EvalOptions(SearchConfig(beam=1), alignment=scoring)
+    )
+    names = [r.reading for r in found.readings]
+    assert names == ["attention", "reverse:attention", *(f"joined:{m}" for m in JOINS)]
+    assert found.alignment is found.readings[0] and found.alignment.score.aer == 0.0
+    links = [flip(r.word_alignment) for r in back]
+    for method, scored in zip(JOINS, found.readings[2:], strict=True):
+        joined = [r.word_alignment for r in join_all(fwd, back, method)]
+        assert scored.score.hyp_links == sum(map(len, joined))
+    assert found.readings[1].score.hyp_links == sum(map(len, links))
+    union = found.readings[2 + JOINS.index("union")].score
+    assert union.recall == 1.0 and union.hyp_links >= found.alignment.score.hyp_links
+
+
+def test_a_reverse_of_the_same_direction_and_a_missing_head_are_refused_before_translating(
+    premove_checkpoint: Path, corpus: Path
+) -> None:
+    gold = corpus / "gold.align"
+    gold.write_text("0-0\n" * 20, "utf-8")
+    same = AlignmentScoring(str(gold), reverse=str(premove_checkpoint))
+    with pytest.raises(UserError, match=r"--reverse .* translates de->en, not en->de"):
+        evaluate(premove_checkpoint, "test", options=EvalOptions(alignment=same))
+    foresight = AlignmentScoring(str(gold), reading="foresight")
+    with pytest.raises(UserError, match="--align-reading foresight: .* holds no foresight head"):
+        evaluate(premove_checkpoint, "test", options=EvalOptions(alignment=foresight))
