@@ -64,8 +64,9 @@ def test_a_signal_mid_update_saves_and_the_resumed_run_ends_as_if_never_stopped(
                                stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
         try:
             deadline = time.monotonic() + 120
-            # Lightning's progress bar counts batches: at an odd count an update is half done.
-            while not re.search(r"Epoch \d+: .*\| [3-9]/", log.read_text()):
+            # The bar counts updates, shown as each ends: the next one is under way, its first of
+            # two batches training, when the signal lands.
+            while not re.search(r"Epoch \d+/\d+: .*\| [3-9]/60 ", log.read_text()):
                 assert run.poll() is None, log.read_text()[-2000:]
                 assert time.monotonic() < deadline, "training never started"
                 time.sleep(0.01)
