@@ -48,9 +48,8 @@ def train(cfg: TrainConfig, started: float | None = None) -> int:
     stop = phases.PoliteStop(plan.ckpt_dir, plan.cfg.stop_signal, plan.cfg.max_minutes, started)
     stop.install()
     try:
-        trainer = build_trainer(
-            plan.cfg, phases.run_callbacks(plan.cfg, plan.ckpt_dir, stop), plan.logger
-        )
+        callbacks = phases.run_callbacks(plan.cfg, plan.ckpt_dir, stop)
+        trainer = build_trainer(plan.cfg, callbacks, plan.logger)
         phases.check_trainer(plan, trainer)
         data = phases.prepared_data(plan, trainer, stop)
         system = phases.system_for(plan, data)
