@@ -208,7 +208,7 @@ class Translator:
         if not return_alignments:
             reading = "attention"  # nothing read again: the attention is the search's
         elif reading != "attention":  # each hypothesis read again, teacher-forced
-            found = self._read_hypotheses(src_ids, found, reading, batch_tokens, batch_size)
+            found = self._read_hypotheses(src_ids, found, reading, batch_tokens, batch_size, check)
         words = direction if return_alignments else None
         results: dict[int, Translation] = {}
         for j, i in enumerate(kept):
@@ -322,12 +322,16 @@ class Translator:
         reading: Reading,
         batch_tokens: int,
         batch_size: int | None,
+        check: Callable[[], None] | None,
     ) -> list[Hypotheses]:
-        """`found` with each hypothesis's weights read again as `reading`, teacher-forced on it."""
+        """`found` with each hypothesis's weights read again as `reading`, teacher-forced on it;
+        `check` is called before each batch."""
         pairs = [(src_ids[i], list(ids)) for i, hyps in enumerate(found) for ids in hyps.tokens]
         items = [{"src_ids": s, "tgt_ids": t, "index": k} for k, (s, t) in enumerate(pairs)]
         read: list[Tensor] = [None] * len(items)  # type: ignore[list-item]
         for batch in self._batches(items, batch_tokens, batch_size):
+            if check is not None:
+                check()
             weights, _ = self._forced(batch, reading)  # (B, T, S)
             for b, k in enumerate(batch["index"].tolist()):
                 rows, cols = len(items[k]["tgt_ids"]) + 1, len(items[k]["src_ids"]) + 1
