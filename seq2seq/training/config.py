@@ -53,7 +53,9 @@ class OptimConfig(ModelDefaults):
     warmup_steps: int | None = option(
         None,
         f"linear warm-up steps (default: {DEFAULT_WARMUP}, at most a tenth of the run; a number "
-        "given is taken whole)",
+        "given is taken whole): update k of N runs at lr * k / N, so the first at lr / N, not 0; "
+        "fairseq's --warmup-init-lr 1e-7 starts lower but is never more than lr / N apart (one "
+        "update's step), so there is no such flag",
         check="non-negative",
     )
     min_lr_ratio: float = option(0.1, "the learning rate never falls below lr * this ratio")
@@ -96,7 +98,14 @@ class ValidationConfig(ModelDefaults):
         check="non-negative",
     )
     patience: int = option(
-        0, "stop after N validations without a better BLEU (0: never)", check="non-negative"
+        0,
+        "stop after N validations in a row without a better --patience-metric (0: never)",
+        check="non-negative",
+    )
+    patience_metric: Literal["bleu", "loss"] = option(
+        "bleu",
+        "what --patience waits on: a higher validation BLEU, or a lower validation loss "
+        "(val/loss, the NLL per target token; fairseq's --patience counts its loss)",
     )
     keep_best: int = option(
         5,
@@ -106,7 +115,8 @@ class ValidationConfig(ModelDefaults):
     keep_last: int = option(
         0,
         "also keep the checkpoints of the N latest validations as recent-<step>.ckpt, for "
-        "averaging the last N (0: none)",
+        "averaging the last N (0: none); with one validation an epoch (no --val-every) these "
+        "are the last N epochs' end checkpoints, as fairseq averages them",
         check="non-negative",
     )
     heatmap_every: int = option(

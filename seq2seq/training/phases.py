@@ -127,7 +127,10 @@ def run_callbacks(cfg: TrainConfig, ckpt_dir: str, stop: PoliteStop) -> list[L.C
     if cfg.heatmap_every > 0:
         callbacks.append(AttentionHeatmaps(cfg.heatmap_every, cfg.heatmap_sentences))
     if cfg.patience > 0:
-        callbacks.append(EarlyStopping("val/bleu", mode="max", patience=cfg.patience))
+        mode = "min" if cfg.patience_metric == "loss" else "max"  # val/loss or val/bleu
+        callbacks.append(
+            EarlyStopping(f"val/{cfg.patience_metric}", mode=mode, patience=cfg.patience)
+        )
     return callbacks
 
 

@@ -104,6 +104,9 @@ def checkpoint_callbacks(
                 save_top_k=keep_last,
                 auto_insert_metric_name=False,
                 save_weights_only=True,
+                # After each validation only: with one an epoch, Lightning would also save at the
+                # end of a last epoch cut short by --max-steps, which was never validated.
+                save_on_train_epoch_end=False,
             )
         )
     return [*callbacks, LastCheckpoint(dirpath)]
