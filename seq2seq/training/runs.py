@@ -92,6 +92,7 @@ def checkpoint_callbacks(
         save_top_k=keep_best,
         auto_insert_metric_name=False,  # "val/bleu=" in a file name would make a subfolder
         save_weights_only=True,
+        save_on_train_epoch_end=False,  # after a validation only (as recent-<step>.ckpt below)
     )
     callbacks = [best]
     if keep_last > 0:  # Lightning offers "step" to every monitor: the highest steps are the latest
@@ -105,7 +106,8 @@ def checkpoint_callbacks(
                 auto_insert_metric_name=False,
                 save_weights_only=True,
                 # After each validation only: with one an epoch, Lightning would also save at the
-                # end of a last epoch cut short by --max-steps, which was never validated.
+                # end of a last epoch cut short by --max-steps, which was never validated (and
+                # best-<step>.ckpt there with the previous validation's BLEU).
                 save_on_train_epoch_end=False,
             )
         )

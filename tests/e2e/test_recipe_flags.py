@@ -40,7 +40,7 @@ def test_keep_last_with_one_validation_an_epoch_keeps_epoch_end_checkpoints(
 ):
     """Without --val-every the N latest validations are the ends of the N latest epochs (fairseq's
     epoch checkpoints that Wu et al. average), and a run stopped by --max-steps inside an epoch keeps
-    no mid-epoch one: its last, partial epoch is not validated."""
+    no mid-epoch one, recent or best: its last, partial epoch is not validated."""
     monkeypatch.chdir(tmp_path)
     args = tiny_train_args(tiny_corpus, tmp_path / "runs", "--keep-last", "10", "--keep-best", "1")
     at = args.index("--val-every")
@@ -55,6 +55,7 @@ def test_keep_last_with_one_validation_an_epoch_keeps_epoch_end_checkpoints(
     )
     folder = tmp_path / "runs" / "b" / "version_0" / "checkpoints"
     assert recent_steps(folder) == [epoch, 2 * epoch]
+    assert not (folder / f"best-{stop}.ckpt").exists()  # nor a best one with a stale BLEU
     last = torch.load(folder / "last.ckpt", map_location="cpu", weights_only=True)
     assert last["global_step"] == stop  # it did train into the third epoch
 
