@@ -111,6 +111,7 @@ def test_patience_counts_validations_without_a_better_patience_metric(scores, st
 
 def test_patience_metric_defaults_to_bleu_and_refuses_others(capsys):
     assert parse_args([]).patience_metric == "bleu"
+    assert "--patience-metric {bleu,loss}" in build_parser().format_help()
     with pytest.raises(SystemExit) as exit_info:
         parse_args(["--patience-metric", "chrf"])
     assert exit_info.value.code == 2
