@@ -143,7 +143,9 @@ class RunConfig(ModelDefaults):
     max_steps: int = option(-1, "stop after this many updates (-1: no limit)")
     log_dir: str = option("lightning_logs", "where runs are written")
     run_name: str | None = option(
-        None, "run folder under --log-dir (default: rnn-<score> or transformer)"
+        None,
+        "run folder under --log-dir (default: rnn-<score>, rnn-<decoder>-<score> for a decoder "
+        "other than bahdanau, or transformer)",
     )
     precision: str = option(
         "auto",
@@ -211,7 +213,12 @@ class TrainConfig(RunConfig, ValidationConfig, OptimConfig, DataConfig, ModelCon
         """The run folder's name."""
         if self.run_name:
             return self.run_name
-        return "transformer" if self.model == "transformer" else f"rnn-{self.score}"
+        if self.model == "transformer":
+            return "transformer"
+        decoder = (
+            "" if self.decoder == "bahdanau" else f"{self.decoder}-"
+        )  # apart from the default's
+        return f"rnn-{decoder}{self.score}"
 
     def check(self) -> None:
         """Each part's own checks (`PARTS`), then those across parts. Called on the whole config,

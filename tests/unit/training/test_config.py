@@ -29,6 +29,13 @@ def test_defaults_need_no_flags() -> None:
     assert cfg.name == "rnn-additive"
 
 
+def test_a_decoder_variant_runs_in_a_folder_of_its_own() -> None:
+    """`--decoder cgru` beside the default with the same scorer: their versions must not interleave."""
+    assert parse_args(["--decoder", "cgru", "--score", "dot"]).name == "rnn-cgru-dot"
+    assert parse_args(["--decoder", "bahdanau", "--score", "dot"]).name == "rnn-dot"
+    assert parse_args(["--model", "transformer"]).name == "transformer"
+
+
 SHARED = [name for name in per_model_fields(TrainConfig) if name in RECIPES["transformer"]]
 
 
