@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.errors import UserError
+from seq2seq.models.build import complete_args
 
 KEPT = ("epoch", "global_step", "pytorch-lightning_version", "hyper_parameters", "seq2seq_version",
         "model_args", "tokenizer")  # fmt: skip
@@ -73,7 +74,7 @@ def tied_groups(state_dict: dict[str, Any]) -> dict[str, list[str]]:
 
 def check_same_run(name_a: str, a: dict[str, Any], name_b: str, b: dict[str, Any]) -> None:
     """Refuse checkpoints whose model or tokenizer differ, naming the first difference."""
-    args_a, args_b = a["model_args"], b["model_args"]
+    args_a, args_b = complete_args(a["model_args"]), complete_args(b["model_args"])
     for key in sorted(set(args_a) | set(args_b)):
         if args_a.get(key) != args_b.get(key):
             raise UserError(

@@ -32,6 +32,18 @@ def model_args_from(config: Any, vocab_size: int) -> dict[str, Any]:
     return {"model": config.model, "vocab_size": vocab_size, **sizes}
 
 
+def complete_args(model_args: dict[str, Any]) -> dict[str, Any]:
+    """`model_args` with every setting its kind's constructor takes, its default where none is named:
+    a checkpoint written before a setting existed (an old one names no `decoder`) says the same model
+    as one that names the default."""
+    kind = model_args.get("model")
+    if kind not in MODELS:
+        raise ValueError(f"unknown model {kind!r}; choose one of {', '.join(MODELS)}")
+    taken = inspect.signature(MODELS[kind]).parameters
+    defaults = {k: p.default for k, p in taken.items() if p.default is not inspect.Parameter.empty}
+    return defaults | dict(model_args)
+
+
 def build_model(model_args: dict[str, Any]) -> Seq2Seq:
     """A freshly initialised model from `model_args`; it keeps them as `model.model_args`."""
     args = dict(model_args)
