@@ -37,7 +37,7 @@ CHECKPOINT_KEY = "foresight"  # where a checkpoint keeps the head (`ForesightHea
 class FitSettings:
     """How the head is fitted (the flags of `seq2seq fit-foresight`)."""
 
-    steps: int = 300  # updates
+    steps: int = 600  # updates (docs/guides/alignments.md: what 300, 600 and 1,200 gave)
     batch_tokens: int = 1024  # padded tokens a batch, the longer side of each pair
     lr: float = 1e-3  # Adam's learning rate
     seed: int = 1  # the head's initial weights and the batches' order
