@@ -123,3 +123,38 @@ def test_a_reverse_of_the_same_direction_and_a_missing_head_are_refused_before_t
     foresight = AlignmentScoring(str(gold), reading="foresight")
     with pytest.raises(UserError, match="--align-reading foresight: .* holds no foresight head"):
         evaluate(premove_checkpoint, "test", options=EvalOptions(alignment=foresight))
+
+
+def test_the_foresight_reading_of_the_models_own_translations_is_scored(
+    premove_checkpoint: Path, corpus: Path
+) -> None:
+    import torch
+
+    from seq2seq.alignment.foresight import CHECKPOINT_KEY, FitSettings, head_record
+    from seq2seq.models.foresight import head_for
+
+    saved = torch.load(premove_checkpoint, weights_only=True)
+    torch.manual_seed(0)
+    fit = type(
+        "Fit", (), {"head": head_for(Translator.load(premove_checkpoint).model), "losses": (1.0,)}
+    )
+    saved[CHECKPOINT_KEY] = head_record(fit, FitSettings(steps=1), "none")
+    with_head = corpus.parent / "with-head.ckpt"
+    torch.save(saved, with_head)
+    sources = (corpus / "test.de").read_text("utf-8").splitlines()
+    own = Translator.load(with_head).translate(
+        sources, beam=1, return_alignments=True, reading="foresight"
+    )
+    gold = corpus / "gold.align"
+    gold.write_text("".join(format_pharaoh(r.word_alignment) + "\n" for r in own), "utf-8")
+    scoring = AlignmentScoring(str(gold), on="hyp", reading="foresight")
+    found = evaluate(
+        with_head, "test", options=EvalOptions(SearchConfig(beam=1), alignment=scoring)
+    )
+    assert found.alignment.reading == "foresight" and found.alignment.score.aer == 0.0
+    plain = evaluate(
+        with_head,
+        "test",
+        options=EvalOptions(SearchConfig(beam=1), alignment=AlignmentScoring(str(gold), on="hyp")),
+    )
+    assert plain.alignment.reading == "attention" and plain.alignment.score.aer > 0.0
