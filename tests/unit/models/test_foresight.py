@@ -29,7 +29,7 @@ def readings(model, head, src: list[int], tgt: list[int]) -> tuple[torch.Tensor,
     return attention[0], weights[0]
 
 
-def test_the_foresight_row_of_a_piece_changes_with_that_piece_and_the_attention_row_does_not() -> None:
+def test_the_foresight_row_of_a_piece_reads_it_and_the_attention_row_does_not() -> None:
     torch.manual_seed(0)
     model = build_model(GRU).eval()
     head = head_for(model).eval()
@@ -68,7 +68,9 @@ def test_a_head_rebuilt_from_its_state_reads_the_same() -> None:
     rebuilt = ForesightHead.from_state(head.state()).eval()
     states = translator_states(model, batch_of([5, 6, 7], [8, 9]))
     with torch.no_grad():
-        torch.testing.assert_close(foresight_weights(rebuilt, states), foresight_weights(head, states))
+        torch.testing.assert_close(
+            foresight_weights(rebuilt, states), foresight_weights(head, states)
+        )
     assert rebuilt.sizes == {"hidden_size": 12, "emb_size": 8, "attn_size": 6}
 
 
