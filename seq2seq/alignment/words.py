@@ -131,6 +131,10 @@ def hard_links(
 
 
 Join = Literal["intersect", "union", "grow-diag-final", "grow-diag-final-and"]
+# What a model's word alignments are read from: its own attention, or a foresight head fitted beside it
+# (seq2seq.models.foresight); seq2seq.decoding.translator reads either.
+Reading = Literal["attention", "foresight"]
+READINGS: tuple[Reading, ...] = ("attention", "foresight")
 JOINS: tuple[Join, ...] = ("intersect", "union", "grow-diag-final", "grow-diag-final-and")
 
 

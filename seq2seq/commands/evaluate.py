@@ -36,7 +36,7 @@ from sacrebleu.metrics import BLEU
 from seq2seq.atomic import atomic_write_text
 from seq2seq.cli import cli_message
 from seq2seq.decoding.evaluate import AlignmentScoring, EvalOptions, Evaluation, evaluate
-from seq2seq.decoding.flags import decoding_parser, search_config
+from seq2seq.decoding.flags import add_reading_flags, decoding_parser, search_config
 from seq2seq.errors import UserError
 
 
@@ -76,14 +76,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "--align-direction", choices=("tgt2src", "src2tgt", "intersect"), default="tgt2src",
         help="tgt2src: each target word to its best source word; src2tgt; or both's intersection",
     )  # fmt: skip
-    parser.add_argument(
-        "--align-reading", choices=("attention", "foresight"), default="attention",
-        help="read the links from the model's attention, or from its foresight head "
-        "(seq2seq fit-foresight)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--reverse", metavar="CKPT2", help="a checkpoint of the other direction (en->de for de->en): "
-        "also score its links and both directions' joined",
+    add_reading_flags(
+        parser, "a checkpoint of the other direction (en->de for de->en): also score its links and "
+        "both directions' joined",
     )  # fmt: skip
     return parser
 

@@ -19,11 +19,9 @@ from typing import IO
 
 from seq2seq.alignment.words import JOINS
 from seq2seq.cli import cli_message
-from seq2seq.decoding.flags import decoding_parser, pick_device, search_config
+from seq2seq.decoding.flags import add_reading_flags, decoding_parser, pick_device, search_config
 from seq2seq.decoding.stream import LineOutput, open_or, translate_stream
 from seq2seq.errors import UserError
-
-READINGS = ("attention", "foresight")  # seq2seq.decoding.translator.READINGS
 
 OUTPUT = """output, for each input line (LINE counts input lines from 0, as Moses n-best lists do):
   default             TEXT
@@ -57,13 +55,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "--align-direction", choices=("tgt2src", "src2tgt", "intersect"), default="tgt2src",
         help="hard links: each target word to its best source word, the reverse, or both agree",
     )  # fmt: skip
-    parser.add_argument(
-        "--align-reading", choices=READINGS, default="attention",
-        help="read alignments from the model's attention, or its foresight head (fit-foresight)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--reverse", metavar="CKPT2", help="a checkpoint of the other direction: join the links "
-        "of both (each translation read back, teacher-forced)",
+    add_reading_flags(
+        parser, "a checkpoint of the other direction: join the links of both (each translation "
+        "read back, teacher-forced)",
     )  # fmt: skip
     parser.add_argument(
         "--join", choices=JOINS, default="grow-diag-final-and",

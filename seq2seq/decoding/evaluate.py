@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 
 import torch
 
-from seq2seq.alignment.words import AERScore
+from seq2seq.alignment.words import AERScore, Reading
 from seq2seq.decoding.flags import pick_device
 from seq2seq.decoding.metrics import Score
 from seq2seq.decoding.search_config import SearchConfig
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 AlignOn = Literal["ref", "hyp"]
 AlignDirection = Literal["tgt2src", "src2tgt", "intersect"]
-AlignReading = Literal["attention", "foresight"]  # seq2seq.decoding.translator.READINGS
 
 
 @dataclass(frozen=True)
@@ -41,7 +40,7 @@ class AlignmentScoring:
     gold: str  # a gold Pharaoh file, one line per pair (`i-j` sure, `ipj` possible)
     on: AlignOn = "ref"  # ref: the model reads the first reference, teacher-forced; hyp: its output
     direction: AlignDirection = "tgt2src"  # how subword attention becomes word links
-    reading: AlignReading = "attention"  # the model's attention, or its foresight head's
+    reading: Reading = "attention"  # the model's attention, or its foresight head's
     reverse: str | None = None  # a checkpoint of the other direction: its links, and both joined
 
 

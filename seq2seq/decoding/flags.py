@@ -6,6 +6,7 @@ import dataclasses
 
 import torch
 
+from seq2seq.alignment.words import READINGS
 from seq2seq.cli import DefaultsFormatter, Parser, add_flags, as_flag, cli_message
 from seq2seq.decoding.search import SearchConfig
 from seq2seq.errors import UserError
@@ -23,6 +24,17 @@ def decoding_parser(description: str, prog: str | None = None) -> argparse.Argum
         "--device", default="auto", help="cpu, cuda, cuda:1, ... (auto: cuda if available)"
     )
     return parser
+
+
+def add_reading_flags(parser: argparse.ArgumentParser, reverse_help: str) -> None:
+    """`--align-reading` and `--reverse`, which evaluate and translate share; `reverse_help` says
+    what the command does with the other direction's checkpoint."""
+    parser.add_argument(
+        "--align-reading", choices=READINGS, default="attention",
+        help="read the links from the model's attention, or from its foresight head "
+        "(seq2seq fit-foresight)",
+    )  # fmt: skip
+    parser.add_argument("--reverse", metavar="CKPT2", help=reverse_help)
 
 
 def search_config(args: argparse.Namespace) -> SearchConfig:

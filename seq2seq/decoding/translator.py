@@ -45,7 +45,7 @@ from torch import Tensor
 
 from seq2seq.alignment.foresight import head_of
 from seq2seq.alignment.stats import means, recorded_scores, row_sums, stacked_scores
-from seq2seq.alignment.words import hard_links, merge_to_words
+from seq2seq.alignment.words import READINGS, Reading, hard_links, merge_to_words
 from seq2seq.checkpoint import read_checkpoint
 from seq2seq.data.batching import TokenBudgetBatchSampler, collate
 from seq2seq.data.tokenizer import Tokenizer
@@ -57,8 +57,6 @@ from seq2seq.models.foresight import ForesightHead, foresight_weights, translato
 from seq2seq.models.interface import Seq2Seq
 
 Direction = Literal["tgt2src", "src2tgt", "intersect"]
-Reading = Literal["attention", "foresight"]  # what word alignments are read from (module docstring)
-READINGS: tuple[Reading, ...] = ("attention", "foresight")
 Span = tuple[int, int]  # (start, end) characters of a subword in its sentence
 Source = tuple[str, list[Span], list[int]]  # a sentence, its subwords' spans and their ids
 
