@@ -219,10 +219,11 @@ def test_two_builders_the_lock_does_not_reach_end_with_one_cache(
     said = "\n".join(f"--- {host}: status {code}; stderr:\n{err}"
                      for host, (_, err, code) in results.items())  # fmt: skip
     assert [code for _, _, code in results.values()] == [0, 0], said
-    # Both built (neither found the cache complete when it looked), and both encoded the
-    # training split themselves: the race was real, and the first complete split won.
-    for out, err, _ in results.values():
-        assert "built: cache" in out and "encoded train:" in err, said
+    # Both built (neither found the cache complete when it looked): the race was real. Which of them
+    # encodes the training split depends on timing: a builder that reaches it after the other has
+    # published it finds it complete and keeps it; at least one encoded it, and nothing was lost.
+    assert all("built: cache" in out for out, _, _ in results.values()), said
+    assert any("encoded train:" in err for _, err, _ in results.values()), said
     assert _contents(cache) == clean, said
 
 
