@@ -32,10 +32,11 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from seq2seq.data.corpus import read_lines
-from seq2seq.data.words import NOT_A_WORD, Link
+from seq2seq.data.words import NOT_A_WORD, Link, word_spans_in_text
 from seq2seq.errors import UserError
 
 _LINK = re.compile(r"([0-9]+)([-p])([0-9]+)")
@@ -266,3 +267,32 @@ def alignment_error_rate(
     recall = a_s / s if s else 1.0
     aer = 1.0 - (a_s + a_p) / (a + s) if a + s else 0.0
     return AERScore(precision, recall, aer, a, s, a_s, a_p)
+
+
+def word_alignment(
+    weights: Tensor,
+    source: str,
+    src_spans: Sequence[tuple[int, int]],
+    target: str,
+    tgt_spans: Sequence[tuple[int, int]],
+    direction: str = "tgt2src",
+) -> tuple[Tensor, list[Link]]:
+    """Word-level soft and hard alignment from subword attention (seq2seq.decoding.translator's docstring).
+
+    Args:
+        weights: (T, [N,] S) attention; its last row and column are EOS, the others the subwords
+            of `target` and `source`, whose (start, end) characters are `tgt_spans`, `src_spans`.
+            Heads are averaged: pass a model's `alignment_view` to read its chosen head.
+        direction: "tgt2src", "src2tgt" or "intersect" (seq2seq.alignment.words.hard_links).
+
+    Returns:
+        (len(target.split()), len(source.split())) weights, heads averaged and EOS dropped, and
+        the (source word, target word) links.
+    """
+    src_of = [*word_spans_in_text(source, src_spans), NOT_A_WORD]  # EOS belongs to no word
+    tgt_of = [*word_spans_in_text(target, tgt_spans), NOT_A_WORD]
+    mean = weights.mean(1) if weights.dim() == 3 else weights  # (T, S): heads averaged
+    words = merge_to_words(mean.float(), src_of, tgt_of)  # (T_w, S_w) up to the last covered word
+    missing = (len(source.split()) - words.size(1), len(target.split()) - words.size(0))
+    words = F.pad(words, (0, missing[0], 0, missing[1]))  # (len(target words), len(source words))
+    return words, hard_links(words, direction)

@@ -40,16 +40,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from seq2seq.alignment.foresight import head_of
 from seq2seq.alignment.stats import means, recorded_scores, row_sums, stacked_scores
-from seq2seq.alignment.words import READINGS, Reading, hard_links, merge_to_words
+from seq2seq.alignment.words import READINGS, Reading, word_alignment
 from seq2seq.checkpoint import read_checkpoint
 from seq2seq.data.batching import TokenBudgetBatchSampler, collate
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.data.words import NOT_A_WORD, Link, word_spans_in_text
+from seq2seq.data.words import Link
 from seq2seq.decoding.loading import load_model
 from seq2seq.decoding.search import Hypotheses, SearchConfig, translate_batch
 from seq2seq.errors import UserError
@@ -122,35 +121,6 @@ class TruncatedInput(UserWarning):
     def __init__(self, index: int, detail: str) -> None:
         super().__init__(f"sentence {index + 1}: {detail}")
         self.index, self.detail = index, detail
-
-
-def word_alignment(
-    weights: Tensor,
-    source: str,
-    src_spans: Sequence[Span],
-    target: str,
-    tgt_spans: Sequence[Span],
-    direction: Direction = "tgt2src",
-) -> tuple[Tensor, list[Link]]:
-    """Word-level soft and hard alignment from subword attention (see the module docstring).
-
-    Args:
-        weights: (T, [N,] S) attention; its last row and column are EOS, the others the subwords
-            of `target` and `source`, whose (start, end) characters are `tgt_spans`, `src_spans`.
-            Heads are averaged: pass a model's `alignment_view` to read its chosen head.
-        direction: "tgt2src", "src2tgt" or "intersect" (seq2seq.alignment.words.hard_links).
-
-    Returns:
-        (len(target.split()), len(source.split())) weights, heads averaged and EOS dropped, and
-        the (source word, target word) links.
-    """
-    src_of = [*word_spans_in_text(source, src_spans), NOT_A_WORD]  # EOS belongs to no word
-    tgt_of = [*word_spans_in_text(target, tgt_spans), NOT_A_WORD]
-    mean = weights.mean(1) if weights.dim() == 3 else weights  # (T, S): heads averaged
-    words = merge_to_words(mean.float(), src_of, tgt_of)  # (T_w, S_w) up to the last covered word
-    missing = (len(source.split()) - words.size(1), len(target.split()) - words.size(0))
-    words = F.pad(words, (0, missing[0], 0, missing[1]))  # (len(target words), len(source words))
-    return words, hard_links(words, direction)
 
 
 class Translator:
