@@ -14,6 +14,10 @@ scaled.ckpt --out scorers.png`. The image is written whole or not at all.
 (`align/<i>` teacher-forced and `align/<i>/greedy`, for the first `--sentences` short pairs of the
 split) into the TensorBoard run `DIR/<checkpoint name>`:
 `tensorboard --logdir DIR` then shows a trained model's alignments without training it again.
+
+A checkpoint with a foresight head (`seq2seq fit-foresight`) is also read by the head, whose query
+has read the word it aligns: its panel goes right of the attention's, titled "foresight", and its
+images beside training's, as `align/<i>/foresight` and `align/<i>/greedy/foresight`.
 """
 
 import io
@@ -76,6 +80,7 @@ def log_heatmaps(path: str, choice: PairChoice, sentences: int, logdir: Path) ->
     from datasets import Dataset
     from torch.utils.tensorboard import SummaryWriter
 
+    from seq2seq.alignment.foresight import head_of
     from seq2seq.training.callbacks import AttentionHeatmaps
 
     checkpoint = read_checkpoint(path)
@@ -87,10 +92,11 @@ def log_heatmaps(path: str, choice: PairChoice, sentences: int, logdir: Path) ->
     heatmaps = AttentionHeatmaps(every_n_steps=1, sentences=sentences)
     heatmaps.set_probes(Dataset.from_dict(columns), tokenizer)  # the pairs training would pick
     step = int(checkpoint.get("global_step") or 0)  # an averaged checkpoint has none: 0
+    head = head_of(checkpoint)  # the foresight head's reading goes beside the attention
     run = logdir / Path(path).stem
     with SummaryWriter(run) as writer:
         for greedy in (False, True):
-            for tag, image in heatmaps.images(model, greedy):
+            for tag, image in heatmaps.images(model, greedy, head):
                 writer.add_image(tag, image, step, dataformats="HWC")
     return run
 

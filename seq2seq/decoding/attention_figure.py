@@ -5,7 +5,10 @@ Every checkpoint reads pair `index` of `split` (from 0) of the corpus it was tra
 `PairChoice` names another, teacher-forced on the reference: each row is the attention the model used
 to predict that reference subword, the figure `align/<i>` shows in TensorBoard. With a beam it shows
 the attention behind the model's own translation instead. Each panel is
-seq2seq.alignment.plotting.AlignmentPlot, titled with the checkpoint's model and scorer.
+seq2seq.alignment.plotting.AlignmentPlot, titled with the checkpoint's model, decoder and scorer. A
+checkpoint that holds a foresight head (`seq2seq fit-foresight`) gets a second panel right of its
+attention: the same pair read by the head, whose query has read the word it aligns, titled
+"foresight".
 """
 
 from dataclasses import dataclass
@@ -14,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from seq2seq.alignment.plotting import AlignmentPlot, side_by_side
+from seq2seq.alignment.words import Reading
 from seq2seq.checkpoint import corpus_of, read_checkpoint
 from seq2seq.data.corpus import Pairs, read_pairs, resolve_corpus
 from seq2seq.decoding.translator import Translation, Translator
@@ -38,8 +42,8 @@ class Panel:
     """One checkpoint's attention on the chosen pair, drawn."""
 
     checkpoint: str
-    title: str  # `<model>, <teacher-forced or beam K>: <file name>`
-    translation: Translation  # the tokens and attention drawn
+    title: str  # `<model>, <teacher-forced or beam K>[, foresight]: <file name>`
+    translation: Translation  # the tokens and weights drawn (`translation.reading` names them)
     image: np.ndarray  # (H, W, 3) uint8
 
 
@@ -54,27 +58,37 @@ class AttentionFigure:
 def attention_figure(
     checkpoints: list[str | Path], choice: PairChoice = PairChoice(), beam: int = 0
 ) -> AttentionFigure:
-    """A panel per checkpoint on the pair `choice` names: teacher-forced (`beam` 0) or the model's
-    own translation with a beam of `beam`. A pair outside the split is a UserError naming --index."""
-    panels = tuple(attention_panel(path, choice, beam) for path in checkpoints)
+    """The panels of each checkpoint (`checkpoint_panels`) on the pair `choice` names, in order:
+    teacher-forced (`beam` 0) or the model's own translation with a beam of `beam`. A pair outside
+    the split is a UserError naming --index."""
+    panels = tuple(panel for path in checkpoints for panel in checkpoint_panels(path, choice, beam))
     return AttentionFigure(panels, side_by_side([panel.image for panel in panels]))
 
 
-def attention_panel(path: str | Path, choice: PairChoice, beam: int = 0) -> Panel:
-    """The checkpoint's attention on the chosen pair, drawn and titled."""
+def checkpoint_panels(path: str | Path, choice: PairChoice, beam: int = 0) -> tuple[Panel, ...]:
+    """The checkpoint's attention on the chosen pair, drawn and titled, and, when it holds a
+    foresight head, the head's reading of the same translation beside it."""
     checkpoint = read_checkpoint(path)
     pairs = pairs_of(checkpoint, choice)
     sentence, reference = pairs.src[choice.index], pairs.tgt[choice.index]
     translator = Translator.load(path)
-    if beam:
-        [result] = translator.translate([sentence], beam=beam)
-        how = f"beam {beam}"
-    else:
-        [result] = translator.align([sentence], [reference])
-        how = "teacher-forced"
-    title = f"{model_name(checkpoint['model_args'])}, {how}: {Path(path).name}"
-    plot = AlignmentPlot(result.attention, result.src_tokens, result.tgt_tokens, title)
-    return Panel(str(path), title, result, plot.render())
+    how = f"beam {beam}" if beam else "teacher-forced"
+    readings: list[Reading] = ["attention"] + (
+        [] if translator.foresight is None else ["foresight"]
+    )
+    panels = []
+    for reading in readings:
+        if beam:
+            [result] = translator.translate(
+                [sentence], beam=beam, return_alignments=True, reading=reading
+            )
+        else:
+            [result] = translator.align([sentence], [reference], reading=reading)
+        named = "" if reading == "attention" else f", {reading}"
+        title = f"{model_name(checkpoint['model_args'])}, {how}{named}: {Path(path).name}"
+        plot = AlignmentPlot(result.attention, result.src_tokens, result.tgt_tokens, title)
+        panels.append(Panel(str(path), title, result, plot.render()))
+    return tuple(panels)
 
 
 def pairs_of(checkpoint: dict, choice: PairChoice) -> Pairs:
@@ -97,6 +111,10 @@ def pairs_of(checkpoint: dict, choice: PairChoice) -> Pairs:
 
 
 def model_name(model_args: dict) -> str:
-    """`rnn additive`, `rnn dot`, ... or `transformer`: what a panel's title calls the model."""
+    """`rnn additive`, `rnn cgru dot`, ... or `transformer`: what a panel's title calls the model
+    (the GRU's decoder named unless it is Bahdanau's, which checkpoints before the seam meant)."""
     kind = model_args.get("model", "rnn")
-    return f"{kind} {model_args['score']}" if "score" in model_args else kind
+    if "score" not in model_args:
+        return kind
+    decoder = model_args.get("decoder", "bahdanau")
+    return f"{kind} {'' if decoder == 'bahdanau' else decoder + ' '}{model_args['score']}"

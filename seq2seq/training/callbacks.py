@@ -19,6 +19,7 @@ from seq2seq.alignment.plotting import AlignmentPlot
 from seq2seq.data.batching import collate
 from seq2seq.data.tokenizer import EOS, Tokenizer
 from seq2seq.decoding.search import greedy_search
+from seq2seq.models.foresight import ForesightHead, foresight_weights, translator_states
 from seq2seq.models.interface import Seq2Seq
 
 PROBE_MAX_LEN = 30  # subwords; longer probes make unreadable tick labels
@@ -116,14 +117,36 @@ def probe_alignments(
     ]
 
 
+def probe_foresight(
+    model: Seq2Seq, head: ForesightHead, probes: dict[str, Tensor], read: list[list[int]]
+) -> list[tuple[Tensor, list[int]]]:
+    """The foresight head's reading of each probe's target ids `read[b]` (EOS last: the reference's
+    or the model's own, as `probe_alignments` gives them), teacher-forced: (T_b, S_b) per sentence."""
+    src_lens = probes["src_lens"].tolist()
+    items = [
+        {"src_ids": probes["src"][b, : s - 1].tolist(), "tgt_ids": ids[:-1], "index": b}
+        for b, (s, ids) in enumerate(zip(src_lens, read, strict=True))
+    ]  # ids without EOS: collate adds it
+    batch = collate(items)  # sorted by target length: `index` names each row's probe
+    weights, _ = foresight_weights(head, translator_states(model, batch))  # (B, T, S)
+    rows = {int(b): r for r, b in enumerate(batch["index"].tolist())}
+    return [
+        (weights[rows[b], : len(ids), :s], ids)  # (T_b, S_b)
+        for b, (s, ids) in enumerate(zip(src_lens, read, strict=True))
+    ]
+
+
 class AttentionHeatmaps(L.Callback):
     """Logs attention heatmaps of K fixed validation sentences to TensorBoard (images `align/<i>`).
 
-    At the start of training and every `every_n_steps` updates: the teacher-forced attention against
-    the reference (same axes each time, so TensorBoard's step slider animates one picture). At each
-    validation end: the attention of the greedy hypothesis, under `align/<i>/greedy`. The work runs on
-    rank 0, on a CPU copy of the model in eval mode under no_grad, with the CPU RNG forked: the
-    training model, its mode and the training RNG stream are left as they were.
+        At the start of training and every `every_n_steps` updates: the teacher-forced attention against
+        the reference (same axes each time, so TensorBoard's step slider animates one picture). At each
+        validation end: the attention of the greedy hypothesis, under `align/<i>/greedy`. Given a foresight
+    head (`images(..., foresight=head)`, as `seq2seq plot-attention --tensorboard` gives a checkpoint's),
+    its reading of the same targets goes beside each, under `align/<i>/foresight` and
+    `align/<i>/greedy/foresight`. The work runs on
+        rank 0, on a CPU copy of the model in eval mode under no_grad, with the CPU RNG forked: the
+        training model, its mode and the training RNG stream are left as they were.
     """
 
     def __init__(self, every_n_steps: int, sentences: int = 4) -> None:
@@ -192,8 +215,11 @@ class AttentionHeatmaps(L.Callback):
         for tag, image in self.images(pl_module.model, greedy):
             writer.add_image(tag, image, trainer.global_step, dataformats="HWC")
 
-    def images(self, model: Seq2Seq, greedy: bool) -> list[tuple[str, np.ndarray]]:
-        """The K heatmaps as (tag, RGB image (H, W, 3)), computed on a CPU copy of `model`."""
+    def images(
+        self, model: Seq2Seq, greedy: bool, foresight: ForesightHead | None = None
+    ) -> list[tuple[str, np.ndarray]]:
+        """The K heatmaps as (tag, RGB image (H, W, 3)), computed on a CPU copy of `model`; with a
+        `foresight` head (on the CPU), the K of its reading after them."""
         threads = torch.get_num_threads()
         # A K-sentence batch is too small to share: thread hand-offs cost more than they save
         # (docs/results/benchmarks.md#figures-once-kept-in-the-data-and-training-code).
@@ -201,7 +227,12 @@ class AttentionHeatmaps(L.Callback):
         torch.set_num_threads(1)
         try:
             with torch.random.fork_rng(devices=[]), torch.no_grad():
-                matrices = probe_alignments(cpu_copy(model), self.probes, greedy)
+                copy = cpu_copy(model)
+                matrices = probe_alignments(copy, self.probes, greedy)
+                read = [ids for _, ids in matrices]
+                foreseen = [] if foresight is None else probe_foresight(
+                    copy, foresight, self.probes, read
+                )  # fmt: skip
             self.head = model.alignment_head  # the last panel: the head alignments read
         finally:
             torch.set_num_threads(threads)
@@ -209,6 +240,12 @@ class AttentionHeatmaps(L.Callback):
         return [
             (f"align/{i}{suffix}", self._render(i, weights, tgt_ids, title))
             for i, (weights, tgt_ids) in enumerate(matrices)
+        ] + [
+            (
+                f"align/{i}{suffix}/foresight",
+                self._render(i, weights, tgt_ids, f"{title}, foresight"),
+            )
+            for i, (weights, tgt_ids) in enumerate(foreseen)
         ]
 
     def _render(self, i: int, weights: Tensor, tgt_ids: list[int], title: str) -> np.ndarray:

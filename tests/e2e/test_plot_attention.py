@@ -44,3 +44,22 @@ def test_an_index_past_the_split_is_refused_in_one_line(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("error: --index 20:")
     assert "has 20 pairs, numbered 0 to 19" in err and not out.exists()
+
+
+def test_a_foresight_head_logs_its_reading_beside_each_image(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    from seq2seq.commands import foresight
+
+    fitted = tmp_path / "fs.ckpt"
+    argv = [str(tiny_checkpoint), "--out", str(fitted), "--steps", "2", "--batch-tokens", "200"]
+    assert foresight.main(argv) == 0
+    argv = [str(fitted), "--tensorboard", str(tmp_path / "tb"), "--sentences", "2"]
+    assert plot_attention.main(argv) == 0
+    events = EventAccumulator(str(tmp_path / "tb" / "fs"))
+    events.Reload()
+    tags = sorted(events.Tags()["images"])
+    kinds = ["", "/foresight", "/greedy", "/greedy/foresight"]
+    assert tags == sorted(f"align/{i}{kind}" for i in range(2) for kind in kinds)
+    image = events.Images("align/0/foresight")[0]
+    assert image.step == events.Images("align/0")[0].step and image.height >= 100

@@ -40,3 +40,40 @@ def test_a_pair_outside_the_split_names_the_index(
 ) -> None:
     with pytest.raises(UserError, match=r"^--index 20: split 'test' of .* has 20 pairs, numbered"):
         attention_figure([premove_checkpoint], PairChoice(split="test", index=20))
+
+
+def test_a_checkpoint_with_a_foresight_head_shows_its_reading_beside_the_attention(
+    premove_checkpoint: Path, in_run_folder: Path
+) -> None:
+    from seq2seq.commands import foresight as foresight_command
+
+    argv = [str(premove_checkpoint), "--out", "fs.ckpt", "--steps", "2", "--batch-tokens", "200"]
+    assert foresight_command.main(argv) == 0
+    sources = (in_run_folder / "test.de").read_text("utf-8").splitlines()
+    references = (in_run_folder / "test.en").read_text("utf-8").splitlines()
+    figure = attention_figure([premove_checkpoint, "fs.ckpt"], PairChoice(split="test", index=2))
+    titles = [panel.title for panel in figure.panels]
+    assert titles == [
+        "rnn additive, teacher-forced: premove-gru-last.ckpt",
+        "rnn additive, teacher-forced: fs.ckpt",
+        "rnn additive, teacher-forced, foresight: fs.ckpt",
+    ]
+    assert [panel.translation.reading for panel in figure.panels] == [
+        "attention", "attention", "foresight"
+    ]  # fmt: skip
+    [read] = Translator.load("fs.ckpt").align([sources[2]], [references[2]], reading="foresight")
+    drawn = figure.panels[2].translation.attention
+    assert drawn.equal(read.attention) and not drawn.equal(figure.panels[1].translation.attention)
+    beam = attention_figure(["fs.ckpt"], PairChoice(split="test", index=2), beam=2)
+    assert [panel.translation.reading for panel in beam.panels] == ["attention", "foresight"]
+    assert beam.panels[1].title == "rnn additive, beam 2, foresight: fs.ckpt"
+    assert beam.panels[0].translation.tgt_tokens == beam.panels[1].translation.tgt_tokens
+
+
+def test_a_panel_names_a_decoder_other_than_bahdanaus() -> None:
+    from seq2seq.decoding.attention_figure import model_name
+
+    assert model_name({"model": "rnn", "score": "dot"}) == "rnn dot"  # before the seam
+    assert model_name({"model": "rnn", "score": "dot", "decoder": "bahdanau"}) == "rnn dot"
+    assert model_name({"model": "rnn", "score": "dot", "decoder": "cgru"}) == "rnn cgru dot"
+    assert model_name({"model": "transformer", "d_model": 8}) == "transformer"

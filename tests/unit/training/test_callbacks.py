@@ -14,6 +14,7 @@ from seq2seq.training.callbacks import (
     AttentionHeatmaps,
     cpu_copy,
     probe_alignments,
+    probe_foresight,
     teacher_forced_alignments,
 )
 
@@ -90,6 +91,35 @@ def test_images_leave_the_model_its_mode_and_the_rng_untouched(
     again = heatmaps.images(model, greedy=True)  # same hypotheses: the figures are only redrawn
     assert all((a == b).all() for (_, a), (_, b) in zip(greedy, again, strict=True))
     assert all(image.shape[1] >= 200 and image.shape[2] == 3 for _, image in first + greedy)
+
+
+def test_a_foresight_head_reads_each_probe_as_alone_and_its_images_follow(
+    heatmaps: AttentionHeatmaps, tiny_tokenizer: Tokenizer
+) -> None:
+    from seq2seq.data.batching import collate
+    from seq2seq.models.foresight import foresight_weights, head_for, translator_states
+
+    model = make_model("rnn", tiny_tokenizer.vocab_size).eval()
+    torch.manual_seed(1)
+    head = head_for(model).eval()
+    probes = heatmaps.probes
+    for greedy in (False, True):
+        found = probe_alignments(model, probes, greedy)
+        read = [ids for _, ids in found]
+        with torch.no_grad():
+            foreseen = probe_foresight(model, head, probes, read)
+        for b, ((attention, ids), (weights, same)) in enumerate(zip(found, foreseen, strict=True)):
+            assert same == ids and weights.shape == attention.shape  # (T_b, S_b) alike
+            torch.testing.assert_close(weights.sum(-1), torch.ones(len(ids)))
+            source = probes["src"][b, : int(probes["src_lens"][b]) - 1].tolist()
+            alone = collate([{"src_ids": source, "tgt_ids": ids[:-1], "index": 0}])
+            with torch.no_grad():
+                expected, _ = foresight_weights(head, translator_states(model, alone))
+            torch.testing.assert_close(weights, expected[0], atol=1e-6, rtol=1e-5)
+    tags = [tag for tag, _ in heatmaps.images(model, greedy=True, foresight=head)]
+    assert tags == [f"align/{i}/greedy" for i in range(4)] + [
+        f"align/{i}/greedy/foresight" for i in range(4)
+    ]
 
 
 def test_cpu_copy_keeps_tied_weights_tied_and_is_in_eval_mode(tiny_tokenizer: Tokenizer) -> None:
