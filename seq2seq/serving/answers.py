@@ -45,7 +45,8 @@ def run_batch(
     translator: Translator, key: Hashable, items: list[Any], check: Check | None = None
 ) -> list[Output]:
     """One batch of a model, on the torch thread: `key` is ("translate", ServedSearch, alignments,
-    attention) with sentences as `items`, or ("align",) with (sentence, reference) pairs; `check`
+    attention, reading) with sentences as `items`, or ("align", reading) with (sentence, reference)
+    pairs, `reading` what the matrices and links are read from (Translator's); `check`
     is called between the model's steps (it raises to end the batch). Per item: its result
     (`result_dict`) and the details of the TruncatedInput warnings Translator gave for it, and a
     note for an output cut at the server's `max_output`."""
@@ -54,10 +55,12 @@ def run_batch(
         warnings.simplefilter("always", TruncatedInput)
         if key[0] == "align":
             sources, references = zip(*items, strict=True)
-            results = translator.align(list(sources), list(references), check=check)
+            results = translator.align(list(sources), list(references), check=check, reading=key[1])
         else:
-            _, search, alignments, attention = key
-            results = translator.translate(items, search, return_alignments=alignments, check=check)
+            _, search, alignments, attention, reading = key
+            results = translator.translate(
+                items, search, return_alignments=alignments, check=check, reading=reading
+            )
     notes: list[list[str]] = [[] for _ in items]
     if key[0] == "translate":
         for note, result in zip(notes, results, strict=True):

@@ -20,7 +20,10 @@ of the weights the search keeps (1 for the GRU), H and L the Transformer's width
   scorer's S x A tanh at TANH_NS, and at ELEM_NS the softmax and top-k over V and the
   Transformer's cached keys and values each row reads (2 L x (S + T / 2) x H); KEPT_NS for each attention weight the search keeps and ANSWER_NS
   for each number the answer holds (rounding and writing them). Teacher-forced reading
-  (/api/align): one row of T steps, and the T x V log-probabilities.
+  (/api/align): one row of T steps, and the T x V log-probabilities. The foresight reading
+  (`"reading": "foresight"`) reads each pair teacher-forced and then the translator's states again
+  for the head (two readings, an upper bound), with the head's S x A' tanh a row; after a search, it
+  reads every n-best hypothesis so, on top of the search.
 - **memory**, bytes held at once: the weights the search keeps (greedy: each step's (S) row and
   their stack; beam search: each step's (K, N, S), their stack and the n-best traced back, 2K + n
   copies), the Transformer's key and value caches (2 L x K x (T + S) x H, grown by copying),
@@ -37,6 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
+from seq2seq.alignment.words import Reading
 from seq2seq.data.batching import TokenBudgetBatchSampler
 from seq2seq.decoding.search_config import SearchConfig, output_limits
 from seq2seq.decoding.translator import Translator
@@ -152,29 +156,53 @@ def reading_cost(model: Seq2Seq, S: int, T: int) -> Cost:
     return Cost(int(work), int(memory))
 
 
+def foresight_costs(translator: Translator, sizes: list[tuple[int, int]]) -> Cost:
+    """Reading pairs of (S, T) subwords with the foresight head (module docstring): the model's
+    teacher-forced reading, its states again, and the head's scorer."""
+    head = translator.foresight
+    tanh = 0 if head is None else head.scorer.tanh_size  # A', the head's scorer size
+    total = shared_steps(translator.model, sizes + sizes)  # two passes over the same steps
+    for S, T in sizes:
+        once = reading_cost(translator.model, S, T)
+        total += once + once + Cost(int(TANH_NS * S * tanh * T), FLOAT * T * S)
+    return total
+
+
 def translate_costs(
-    translators: Sequence[Translator], sentences: list[str], search: SearchConfig, attended: int
+    translators: Sequence[Translator],
+    sentences: list[str],
+    search: SearchConfig,
+    attended: int,
+    reading: Reading = "attention",
 ) -> list[Cost]:
     """Per translator, what translating `sentences` with it costs; `attended`: hypotheses per
-    sentence whose attention is sent back."""
+    sentence whose attention is sent back; `reading` "foresight" reads every hypothesis again."""
     costs = []
     for translator in translators:
         sizes = [(S, output_limit(translator, search, S)) for S in subwords(translator, sentences)]
         total = shared_steps(translator.model, sizes)
         for S, T in sizes:
             total += search_cost(translator.model, S, T, search.beam, search.nbest, attended)
+        if reading == "foresight":
+            total += foresight_costs(translator, sizes * search.nbest)
         costs.append(total)
     return costs
 
 
 def align_costs(
-    translators: Sequence[Translator], sentences: list[str], references: list[str]
+    translators: Sequence[Translator],
+    sentences: list[str],
+    references: list[str],
+    reading: Reading = "attention",
 ) -> list[Cost]:
-    """Per translator, what reading `references` teacher-forced costs."""
+    """Per translator, what reading `references` teacher-forced costs, as `reading` says."""
     costs = []
     for translator in translators:
         sources, targets = subwords(translator, sentences), subwords(translator, references)
         sizes = list(zip(sources, targets, strict=True))
+        if reading == "foresight":
+            costs.append(foresight_costs(translator, sizes))
+            continue
         total = shared_steps(translator.model, sizes)
         for S, T in sizes:
             total += reading_cost(translator.model, S, T)

@@ -12,12 +12,14 @@ Transformer reads.
 import email.message
 import json
 import math
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
+from seq2seq.alignment.words import READINGS, Reading
 from seq2seq.decoding.search_config import SearchConfig
 from seq2seq.errors import UserError
 
@@ -135,6 +137,7 @@ class TranslateRequest:
     attention: Attention  # "best": only the best hypothesis's matrices; "all": every n-best one's
     models: list[str]
     warnings: list[str]  # one per sentence that was cut
+    reading: Reading = "attention"  # what the matrices and links are read from
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,7 @@ class AlignRequest:
     references: list[str]
     models: list[str]
     warnings: list[str]
+    reading: Reading = "attention"
 
 
 def require_json(content_type: str | None) -> None:
@@ -204,9 +208,13 @@ def _not_json(name: str) -> None:
     raise RequestError(400, f"the body is not JSON ({name} is not a JSON value)")
 
 
-def translate_request(body: dict[str, Any], limits: Limits, names: list[str]) -> TranslateRequest:
-    """Check a /api/translate body; `names` are the models this server has."""
-    _known_fields(body, {"sentences", "beam", "nbest", "alignments", "attention", "models"})
+def translate_request(
+    body: dict[str, Any], limits: Limits, names: list[str], foresight: Collection[str] = ()
+) -> TranslateRequest:
+    """Check a /api/translate body; `names` are the models this server has, `foresight` those of
+    them with a foresight head."""
+    known = {"sentences", "beam", "nbest", "alignments", "attention", "models", "reading"}
+    _known_fields(body, known)
     sentences, notes = _sentences(body, "sentences", limits)
     # Defaults from SearchConfig, the one home of the search defaults, within what this server
     # allows: a client that names no beam is not refused for one it never sent.
@@ -222,19 +230,45 @@ def translate_request(body: dict[str, Any], limits: Limits, names: list[str]) ->
         raise RequestError(422, f'attention must be "best" or "all", got {_shown(attention)}')
     search = ServedSearch(beam=beam, nbest=nbest, max_output=limits.max_output)
     models = _models(body, names)
-    return TranslateRequest(sentences, search, alignments, attention, models, notes)
+    reading = _reading(body, models, foresight)
+    if reading != "attention" and not alignments:
+        raise RequestError(
+            422, f'reading "{reading}" reads the alignments: send "alignments": true'
+        )
+    return TranslateRequest(sentences, search, alignments, attention, models, notes, reading)
 
 
-def align_request(body: dict[str, Any], limits: Limits, names: list[str]) -> AlignRequest:
-    """Check a /api/align body; `names` are the models this server has."""
-    _known_fields(body, {"sentences", "references", "models"})
+def align_request(
+    body: dict[str, Any], limits: Limits, names: list[str], foresight: Collection[str] = ()
+) -> AlignRequest:
+    """Check a /api/align body; `names` are the models this server has, `foresight` those of them
+    with a foresight head."""
+    _known_fields(body, {"sentences", "references", "models", "reading"})
     sentences, notes = _sentences(body, "sentences", limits)
     references, ref_notes = _sentences(body, "references", limits)
     if len(references) != len(sentences):
         raise RequestError(
             422, f"{len(sentences)} sentences but {len(references)} references: give one each"
         )
-    return AlignRequest(sentences, references, _models(body, names), notes + ref_notes)
+    models = _models(body, names)
+    reading = _reading(body, models, foresight)
+    return AlignRequest(sentences, references, models, notes + ref_notes, reading)
+
+
+def _reading(body: dict[str, Any], models: list[str], foresight: Collection[str]) -> Reading:
+    """The `reading` field (default "attention"): "foresight" only when every chosen model holds a
+    foresight head."""
+    reading = body.get("reading", "attention")
+    if reading not in READINGS:
+        named = " or ".join(f'"{name}"' for name in READINGS)
+        raise RequestError(422, f"reading must be {named}, got {_shown(reading)}")
+    lacking = [name for name in models if name not in foresight]
+    if reading == "foresight" and lacking:
+        raise RequestError(
+            422, f'reading "foresight": model {lacking[0]!r} holds no foresight head (one is '
+            "fitted with `seq2seq fit-foresight CKPT --out CKPT2`)"
+        )  # fmt: skip
+    return reading
 
 
 def _known_fields(body: dict[str, Any], known: set[str]) -> None:

@@ -4,11 +4,16 @@
 with uvicorn) that answers
 
 - `GET /`: the attention explorer (seq2seq/serving/page.html, one file with no outside assets);
-- `GET /api/models`: each model's name, kind, scorer and the sentences waiting for it;
+- `GET /api/models`: each model's name, kind, decoder, scorer, readings and the sentences waiting
+  for it;
 - `POST /api/translate` `{"sentences": [...], "beam": 5, "nbest": 1, "alignments": true,
   "models": [...]}`: per model, one `Translation.to_dict()` per sentence;
 - `POST /api/align` `{"sentences": [...], "references": [...]}`: per model, `Translator.align`'s
   teacher-forced reading of each reference, as `Translation.to_dict()`.
+
+Both POSTs take `"reading": "foresight"` for models with a foresight head (`seq2seq fit-foresight`;
+`readings` in /api/models lists it): the matrices and links are then the head's, whose query has read
+the word it aligns, and each result's `reading` says so; the translation is the same.
 
 Answers are `{"results": {model: [...]}, "warnings": [...]}`, or `{"error": "..."}` with a 4xx
 status for a request the server will not run (seq2seq.serving.requests; one over the work budget,
@@ -115,12 +120,19 @@ class ServedModel:
     translator: Translator
     batcher: Batcher
 
+    @property
+    def readings(self) -> list[str]:
+        """The readings the model offers: its attention, and its foresight head's if it has one."""
+        return ["attention"] + ([] if self.translator.foresight is None else ["foresight"])
+
     def describe(self) -> dict[str, Any]:
         args = getattr(self.translator.model, "model_args", {})
         return {
             "name": self.name,
             "model": args.get("model"),  # rnn or transformer
+            "decoder": args.get("decoder", "bahdanau") if args.get("model") == "rnn" else None,
             "score": args.get("score"),  # the GRU's scorer: additive, dot or scaled
+            "readings": self.readings,  # what alignments can be read from
             "max_len": self.translator.model.max_len,
             "queued": self.batcher.queued,
         }
@@ -153,6 +165,7 @@ def build_app(
         for name, translator in translators.items()
     }  # fmt: skip
     names = list(served)
+    foresight = {name for name, model in served.items() if "foresight" in model.readings}
     page = files("seq2seq.serving").joinpath("page.html").read_text("utf-8")
 
     def stop() -> None:
@@ -188,24 +201,27 @@ def build_app(
 
     @app.post("/api/translate")
     async def translate(request: Request) -> Response:
-        asked = translate_request(await read_json(request, limits), limits, names)
+        asked = translate_request(await read_json(request, limits), limits, names, foresight)
         attended = asked.search.nbest if asked.attention == "all" else 1
         chosen = [served[name].translator for name in asked.models]
         costs = await run_in_threadpool(
-            translate_costs, chosen, asked.sentences, asked.search, attended
+            translate_costs, chosen, asked.sentences, asked.search, attended, asked.reading
         )  # sentencepiece, a few ms for a long request: off the loop
         check_cost(costs, limits)
-        key = ("translate", asked.search, asked.alignments, asked.attention)
+        key = ("translate", asked.search, asked.alignments, asked.attention, asked.reading)
         return await answer(request, asked.models, key, asked.sentences, costs, asked.warnings)
 
     @app.post("/api/align")
     async def align(request: Request) -> Response:
-        asked = align_request(await read_json(request, limits), limits, names)
+        asked = align_request(await read_json(request, limits), limits, names, foresight)
         chosen = [served[name].translator for name in asked.models]
-        costs = await run_in_threadpool(align_costs, chosen, asked.sentences, asked.references)
+        costs = await run_in_threadpool(
+            align_costs, chosen, asked.sentences, asked.references, asked.reading
+        )
         check_cost(costs, limits)
         pairs = list(zip(asked.sentences, asked.references, strict=True))
-        return await answer(request, asked.models, ("align",), pairs, costs, asked.warnings)
+        key = ("align", asked.reading)
+        return await answer(request, asked.models, key, pairs, costs, asked.warnings)
 
     async def answer(
         request: Request, chosen: list[str], key: Hashable, items: list[Any], costs: list[Cost],
