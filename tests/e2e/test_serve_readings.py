@@ -189,3 +189,40 @@ def test_page_shows_the_foresight_reading_beside_the_attention_in_chromium(
     assert links == [len(read.word_alignment), len(plain.word_alignment)]
     weight = read.to_dict(4)["attention"][0][0]
     assert readout == f"{read.tgt_tokens[0]} ← {read.src_tokens[0]}: {weight:.4f}"
+
+
+@pytest.mark.slow
+def test_page_shows_the_attention_when_the_foresight_reading_is_over_budget_in_chromium(
+    both: dict[str, Translator],
+) -> None:
+    """Under a --max-work that takes the attention's request but not the dearer foresight one, the
+    page shows the translation and attention and says, as an error, why the head's reading is not
+    there."""
+    from playwright.sync_api import sync_playwright
+
+    source = SENTENCES[0]
+    search = ServedSearch(beam=2, nbest=1, max_output=Limits().max_output)
+    [plain] = translate_costs([both["fs"]], [source], search, 1)
+    [foreseen] = translate_costs([both["fs"]], [source], search, 1, "foresight")
+    most = -(-plain.work // MS)  # whole ms: takes the attention's request
+    assert most < foreseen.work / MS, "the two readings must cost a budget apart"
+    with (
+        live_server({"fs": both["fs"]}, Limits(max_work=most)) as base,
+        sync_playwright() as playwright,
+    ):
+        page = chromium_page(playwright)
+        page.goto(base + "/")
+        page.wait_for_function("document.getElementById('about').textContent.startsWith('Models')")
+        page.locator("#source").fill(source)
+        page.locator("#beam").fill("2")
+        page.locator("#go").click()
+        page.wait_for_function("document.querySelector('.model .translation')?.textContent")
+        page.wait_for_function("document.getElementById('status').textContent")
+        status = page.locator("#status")
+        said, kind = status.text_content(), status.get_attribute("class")
+        headings = page.locator(".model").nth(0).evaluate(HEADINGS)
+        shown = page.locator(".model .translation").text_content()
+    assert said.startswith("No foresight reading: 413: ") and "--max-work" in said
+    assert kind == "error"
+    assert headings == ["Attention", "Word alignment (source → output), from the attention"]
+    assert shown == both["fs"].translate([source], beam=2)[0].text
