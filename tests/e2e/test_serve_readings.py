@@ -146,6 +146,17 @@ def test_the_heads_work_counts_against_the_budget(both: dict[str, Translator]) -
     assert model.calls == 2
 
 
+def translate_on_page(playwright: Any, base: str, source: str) -> Any:
+    """The page of the server at `base` in Chromium, `source` typed and sent at beam 2."""
+    page = chromium_page(playwright)
+    page.goto(base + "/")
+    page.wait_for_function("document.getElementById('about').textContent.startsWith('Models')")
+    page.locator("#source").fill(source)
+    page.locator("#beam").fill("2")
+    page.locator("#go").click()
+    return page
+
+
 HEADINGS = """panel => [...panel.querySelectorAll('.view h3')].map(h => h.textContent)"""
 
 
@@ -159,12 +170,7 @@ def test_page_shows_the_foresight_reading_beside_the_attention_in_chromium(
 
     source = SENTENCES[0]
     with sync_playwright() as playwright:
-        page = chromium_page(playwright)
-        page.goto(server + "/")
-        page.wait_for_function("document.getElementById('about').textContent.startsWith('Models')")
-        page.locator("#source").fill(source)
-        page.locator("#beam").fill("2")
-        page.locator("#go").click()
+        page = translate_on_page(playwright, server, source)
         page.wait_for_function(
             "[...document.querySelectorAll('.model .translation')].filter(e => e.textContent)"
             ".length === 2"
@@ -210,12 +216,7 @@ def test_page_shows_the_attention_when_the_foresight_reading_is_over_budget_in_c
         live_server({"fs": both["fs"]}, Limits(max_work=most)) as base,
         sync_playwright() as playwright,
     ):
-        page = chromium_page(playwright)
-        page.goto(base + "/")
-        page.wait_for_function("document.getElementById('about').textContent.startsWith('Models')")
-        page.locator("#source").fill(source)
-        page.locator("#beam").fill("2")
-        page.locator("#go").click()
+        page = translate_on_page(playwright, base, source)
         page.wait_for_function("document.querySelector('.model .translation')?.textContent")
         page.wait_for_function("document.getElementById('status').textContent")
         status = page.locator("#status")
