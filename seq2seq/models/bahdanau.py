@@ -12,8 +12,9 @@ sentence.
 
 The seam: a decoder is these steps, `init_state`, `embed`, `attend_and_update`, `output_features`,
 `unroll`, and a variant changes one of them, `attend_and_update`: how the step attends and how it
-updates the state. It subclasses `BahdanauDecoder`, overrides that method (and `__init__`, to add
-the parameters its step needs), and is registered by name in `seq2seq.models.rnn.DECODERS`, which
+updates the state. It subclasses `BahdanauDecoder`, overrides that method (with `make_cell`, when its
+state update reads other inputs than [emb; c], and `__init__`, to add the parameters its step needs),
+and is registered by name in `seq2seq.models.rnn.DECODERS`, which
 `--decoder` offers. Everything else (the initial state, the embeddings, the readout, teacher forcing,
 search) is this class's. The kernels (seq2seq.models.kernels) plug in by exact type, so a variant runs
 on its own code, as written.
@@ -59,8 +60,12 @@ class BahdanauDecoder(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.bridge = nn.Linear(hidden_size // 2, hidden_size)  # W_init
         self.scorer = make_scorer(score, hidden_size, hidden_size, attn_size)
-        self.cell = nn.GRUCell(emb_size + hidden_size, hidden_size)
+        self.cell = self.make_cell(emb_size, hidden_size)
         self.readout = nn.Linear(2 * hidden_size + emb_size, emb_size)  # W_o; E so W_g can be tied
+
+    def make_cell(self, emb_size: int, hidden_size: int) -> nn.GRUCell:
+        """The cell that gives s_t: GRU([emb(y_{t-1}); c_t], s_{t-1}), input E + H, state H."""
+        return nn.GRUCell(emb_size + hidden_size, hidden_size)
 
     def init_state(self, enc_out: Tensor, src_mask: Tensor) -> State:
         """The state search and teacher forcing start from; keys are projected here, once per batch."""

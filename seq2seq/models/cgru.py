@@ -40,10 +40,12 @@ class ConditionalGRUDecoder(BahdanauDecoder):
         attn_size: int | None,
         dropout: float,
     ) -> None:
-        super().__init__(embedding, hidden_size, score, attn_size, dropout)
-        # GRU2 takes the place of Bahdanau's cell, GRU([emb; c], s): it reads c_t alone.
-        self.cell = nn.GRUCell(hidden_size, hidden_size)  # GRU2: input c_t (H), state s'_t
+        super().__init__(embedding, hidden_size, score, attn_size, dropout)  # self.cell: GRU2
         self.query_cell = nn.GRUCell(embedding.embedding_dim, hidden_size)  # GRU1: input E y_{t-1}
+
+    def make_cell(self, emb_size: int, hidden_size: int) -> nn.GRUCell:
+        """GRU2, in the place of Bahdanau's cell GRU([emb; c], s): input c_t (H), state s'_t (H)."""
+        return nn.GRUCell(hidden_size, hidden_size)
 
     def attend_and_update(self, state: State, emb: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """One conditional GRU step. Args: state, with "dec_state" s_{t-1} (B, H); emb (B, E) of

@@ -109,6 +109,24 @@ def test_cgru_step_is_nematus_conditional_gru(score: str) -> None:
 
 
 @pytest.mark.parametrize("decoder", DECODERS)
+def test_each_decoder_builds_only_the_cells_it_keeps(decoder: str, monkeypatch) -> None:
+    """`make_cell` is where a variant states its cell: no cell is built and thrown away (which would
+    also spend the seed's random draws on weights nobody uses)."""
+    built = []
+
+    class Recorded(torch.nn.GRUCell):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            built.append(self)
+
+    monkeypatch.setattr(torch.nn, "GRUCell", Recorded)
+    model = RNNSeq2Seq(30, emb_size=8, hidden_size=12, decoder=decoder, dropout=0.0)
+    kept = [m for m in model.decoder.modules() if isinstance(m, torch.nn.GRUCell)]
+    assert [id(c) for c in built] == [id(c) for c in kept]
+    assert model.decoder.cell.input_size == (12 if decoder == "cgru" else 8 + 12)
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
 def test_only_cgrus_attention_reads_the_previous_word(decoder: str) -> None:
     """DESIGN section 9: Bahdanau's query s_{t-1} has not read y_{t-1}; the conditional GRU's has."""
     torch.manual_seed(0)
