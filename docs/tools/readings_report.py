@@ -1,0 +1,178 @@
+"""Every reading's AER of one checkpoint, on the reference and on its own translations, as a report.
+
+For a checkpoint holding a foresight head (`seq2seq fit-foresight`): its attention and the head's,
+each made into word links two ways (`tgt2src`, `intersect`), read teacher-forced on the split's
+first reference against the silver standard (`--gold`), and on the model's own beam translations
+against eflomal's alignment of them (`--hyp-align`, or made here as `seq2seq silver-alignments`
+makes the silver standard: aligned together with the training pairs, needs eflomal). Each figure
+is the one `python scripts/evaluate.py CKPT --align-ref ... --align-reading R --align-direction D`
+prints (with `--align-on hyp` and the beam for the own translations): one search a reading, both
+directions read from its word matrix. Writes DIR/readings.json (the figures, the head's fit record,
+the command, commit, CPU), DIR/readings.md (the table as printed), DIR/<split>.hyp and, unless
+given, DIR/<split>.hyp.align. The tables of docs/guides/alignments.md were printed by
+
+    python docs/tools/readings_report.py FS.ckpt --out DIR --threads 2
+"""
+
+import argparse
+import json
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from seq2seq import Translator
+from seq2seq.alignment.silver import check_bounds, silver_alignments
+from seq2seq.alignment.words import READINGS, alignment_error_rate, hard_links, read_pharaoh
+from seq2seq.atomic import atomic_write_text
+from seq2seq.checkpoint import corpus_of, read_checkpoint
+from seq2seq.cli import Parser
+from seq2seq.data.corpus import read_pairs, resolve_corpus
+from seq2seq.decoding.evaluate import read_split
+from seq2seq.decoding.metrics import corpus_bleu
+from seq2seq.decoding.search_config import SearchConfig
+from seq2seq.errors import UserError
+from seq2seq.machine import provenance
+
+DIRECTIONS = ("tgt2src", "intersect")
+GOLD = "docs/study/test_2016_flickr.de-en.align"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = Parser(description=__doc__.split("\n")[0])
+    p.add_argument("checkpoint", metavar="CKPT", help="a checkpoint holding a foresight head")
+    p.add_argument("--out", metavar="DIR", required=True, help="where the report is written")
+    p.add_argument("--split", default="test", help="a split of the checkpoint's corpus")
+    p.add_argument("--gold", default=GOLD, help="the split's silver (or gold) Pharaoh file")
+    p.add_argument("--beam", type=int, default=5, help="beam size of the own translations")
+    p.add_argument("--hyp-align", metavar="FILE", help="eflomal's links of the own translations "
+                   "(default: made here, aligned with the training pairs)")  # fmt: skip
+    p.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    return p.parse_args(argv)
+
+
+def silver_of_own(corpus: dict, sources: list[str], hyps: list[str], out: Path) -> list[str]:
+    """eflomal's links of (source, own translation) pairs, aligned with the training pairs beside
+    them as the silver standard of the split was; written to `out`."""
+    source = resolve_corpus(corpus["dataset"], corpus["data_dir"])
+    train = read_pairs(source, source.find_split("train"), corpus["src"], corpus["tgt"])
+    with tempfile.TemporaryDirectory() as tmp:
+        files = [Path(tmp) / name for name in ("src", "hyp", "train.src", "train.tgt")]
+        for path, lines in zip(files, (sources, hyps, train.src, train.tgt), strict=True):
+            path.write_text("".join(line + "\n" for line in lines), "utf-8")
+        links = silver_alignments(files[0], files[1], (files[2], files[3]))
+    atomic_write_text(out, links.text())
+    return list(links.lines)
+
+
+def scored(results: list, gold: list, on: str, reading: str) -> list[dict]:
+    """AER, precision and recall of `results`' word matrices made into links each direction."""
+    rows = []
+    for direction in DIRECTIONS:
+        links = [hard_links(r.word_attention, direction) for r in results]  # per pair
+        score = alignment_error_rate(links, gold)
+        rows.append({"on": on, "reading": reading, "direction": direction, "aer": score.aer,
+                     "precision": score.precision, "recall": score.recall})  # fmt: skip
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    """The report's table: a row a reading, a column a (text read, direction)."""
+    columns = [(on, d) for on in ("ref", "hyp") for d in DIRECTIONS]
+    named = {"ref": "reference", "hyp": "own translations"}
+    head = "| reading | " + " | ".join(f"{named[on]}, {d}" for on, d in columns) + " |"
+    lines = [head, "|---" * (len(columns) + 1) + "|"]
+    for reading in READINGS:
+        cells = []
+        for on, direction in columns:
+            (row,) = [
+                r
+                for r in rows
+                if (r["on"], r["reading"], r["direction"]) == (on, reading, direction)
+            ]
+            cells.append(f"{row['aer']:.4f} (P {row['precision']:.4f}, R {row['recall']:.4f})")
+        lines.append(f"| {reading} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def report(args: argparse.Namespace, argv: list[str]) -> dict:
+    """The report's figures (readings.json); UserError for a bad input, before any translation
+    where it can be told."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    gold = read_pharaoh(args.gold)  # a bad file fails here, before any translation
+    checkpoint = read_checkpoint(args.checkpoint)
+    corpus = corpus_of(checkpoint)
+    translator = Translator.load(args.checkpoint)
+    if translator.foresight is None:
+        raise UserError(f"{args.checkpoint} holds no foresight head: fit one with "
+                        f"`python -m seq2seq fit-foresight {args.checkpoint} --out FS.ckpt`")  # fmt: skip
+    sources, references, data = read_split(args.split, corpus)
+    if len(gold) != len(sources):
+        raise UserError(f"--gold {args.gold} has {len(gold)} lines for {len(sources)} pairs")
+    given = read_pharaoh(args.hyp_align) if args.hyp_align else None
+    if given is not None and len(given) != len(sources):
+        raise UserError(
+            f"--hyp-align {args.hyp_align} has {len(given)} lines for {len(sources)} pairs"
+        )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    start, rows = time.perf_counter(), []
+    search = SearchConfig(beam=args.beam)
+    own = {
+        r: translator.translate(sources, search, return_alignments=True, reading=r)
+        for r in READINGS
+    }
+    hyps = [t.text for t in own["attention"]]
+    if [t.text for t in own["foresight"]] != hyps:  # a reading never changes the search
+        raise RuntimeError("the foresight reading's search found other translations")
+    hyp_file = out / f"{args.split}.hyp"
+    atomic_write_text(hyp_file, "".join(h + "\n" for h in hyps))
+    if given is not None:  # links made for other translations point past their words
+        lines = Path(args.hyp_align).read_text("utf-8").splitlines()
+        check_bounds(lines, sources, hyps, f"--hyp-align {args.hyp_align}")
+    else:
+        silver_of_own(corpus, sources, hyps, out / f"{args.split}.hyp.align")
+        given = read_pharaoh(out / f"{args.split}.hyp.align")
+    for reading in READINGS:
+        forced = translator.align(sources, references[0], reading=reading)
+        rows += scored(forced, gold, "ref", reading) + scored(own[reading], given, "hyp", reading)
+    head = checkpoint["foresight"].get("fit")  # how the head was fitted (seq2seq fit-foresight)
+    return {
+        "checkpoint": str(args.checkpoint),
+        "command": shlex.join(["python", "docs/tools/readings_report.py", *argv]),
+        "data": data,
+        "gold": args.gold,
+        "hyp_align": args.hyp_align or str(out / f"{args.split}.hyp.align"),
+        "beam": args.beam,
+        "bleu": corpus_bleu(hyps, references).value,
+        "head": head,
+        "seconds": time.perf_counter() - start,
+        "threads": torch.get_num_threads(),
+        **provenance(),
+        "readings": rows,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    try:
+        result = report(args, argv)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    text = table(result["readings"])
+    atomic_write_text(Path(args.out) / "readings.json", json.dumps(result, indent=2) + "\n")
+    atomic_write_text(Path(args.out) / "readings.md", text)
+    print(f"{result['checkpoint']}: BLEU {result['bleu']:.2f} at beam {result['beam']}, "
+          f"{result['seconds']:.0f} s on {result['cpu']}, {result['threads']} thread(s)")  # fmt: skip
+    print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
