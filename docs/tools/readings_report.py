@@ -110,7 +110,9 @@ def report(args: argparse.Namespace, argv: list[str]) -> dict:
     if translator.foresight is None:
         raise UserError(f"{args.checkpoint} holds no foresight head: fit one with "
                         f"`python -m seq2seq fit-foresight {args.checkpoint} --out FS.ckpt`")  # fmt: skip
-    sources, references, data = read_split(args.split, corpus)
+    if corpus is None:
+        raise UserError(f"{args.checkpoint} names no corpus to read --split {args.split} from")
+    sources, references, data = read_split(args.split, corpus, instead="")
     if len(gold) != len(sources):
         raise UserError(f"--gold {args.gold} has {len(gold)} lines for {len(sources)} pairs")
     given = read_pharaoh(args.hyp_align) if args.hyp_align else None
@@ -118,10 +120,13 @@ def report(args: argparse.Namespace, argv: list[str]) -> dict:
         raise UserError(
             f"--hyp-align {args.hyp_align} has {len(given)} lines for {len(sources)} pairs"
         )
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    start, rows = time.perf_counter(), []
     search = SearchConfig(beam=args.beam)
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"--out {out}: cannot make the folder ({err.strerror})") from None
+    start, rows = time.perf_counter(), []
     own = {
         r: translator.translate(sources, search, return_alignments=True, reading=r)
         for r in READINGS

@@ -200,9 +200,11 @@ def read_files(src_file: str, ref_files: list[str]) -> tuple[list[str], list[lis
     return sources, references, f"{src_file} -> {', '.join(ref_files)}"
 
 
-def read_split(split: str, corpus: dict | None) -> tuple[list[str], list[list[str]], str]:
+def read_split(
+    split: str, corpus: dict | None, instead: str = " (or give --src-file and --ref-file)"
+) -> tuple[list[str], list[list[str]], str]:
     """Sources, the reference set and a description of them, from `split` of the checkpoint's
-    corpus."""
+    corpus; an error ends with `instead`, what the caller may give in its place."""
     from seq2seq.data.corpus import read_pairs, resolve_corpus
 
     if corpus is None:
@@ -213,7 +215,7 @@ def read_split(split: str, corpus: dict | None) -> tuple[list[str], list[list[st
         found = source.find_split(split)
         pairs = read_pairs(source, found, src, tgt)
     except UserError as err:
-        raise UserError(f"--split {split}: {err} (or give --src-file and --ref-file)") from None
+        raise UserError(f"--split {split}: {err}{instead}") from None
     return pairs.src, [pairs.tgt], f"{source.location} {found} ({src}-{tgt})"
 
 

@@ -89,19 +89,25 @@ def test_bad_inputs_are_one_line_before_any_translation(
 ) -> None:
     folder = setup["folder"]
     monkeypatch.setattr(Translator, "translate", lambda *a, **k: pytest.fail("translated"))
-    short = folder / "short.align"
+    short, a_file, out = folder / "short.align", folder / "a-file", folder / "refused"
     short.write_text("0-0\n", "utf-8")
+    a_file.write_text("", "utf-8")
+    gold = ("--gold", str(folder / "gold.align"))
     cases = {
-        (str(tiny_checkpoint), "--gold", str(folder / "gold.align")): "holds no foresight head",
-        (str(setup["fs"]), "--gold", str(short)): f"--gold {short} has 1 lines for 20 pairs",
-        (str(setup["fs"]), "--gold", str(folder / "gold.align"), "--hyp-align", str(short)):
+        (str(tiny_checkpoint), *gold, "--out", str(out)): "holds no foresight head",
+        (str(setup["fs"]), "--gold", str(short), "--out", str(out)):
+            f"--gold {short} has 1 lines for 20 pairs",
+        (str(setup["fs"]), *gold, "--hyp-align", str(short), "--out", str(out)):
             f"--hyp-align {short} has 1 lines for 20 pairs",
+        (str(setup["fs"]), *gold, "--beam", "0", "--out", str(out)): "`beam` must be at least 1",
+        (str(setup["fs"]), *gold, "--split", "nope", "--out", str(out)): "--split nope: ",
+        (str(setup["fs"]), *gold, "--out", str(a_file / "sub")):
+            f"--out {a_file / 'sub'}: cannot make the folder",
     }  # fmt: skip
     for argv, said in cases.items():
-        out = folder / "refused"
-        assert tool.main([*argv, "--out", str(out)]) == 2
+        assert tool.main(list(argv)) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and said in err[0], err
+        assert len(err) == 1 and said in err[0] and "--src-file" not in err[0], err
         assert not out.exists()
 
 
