@@ -9,9 +9,13 @@ is the one `python scripts/evaluate.py CKPT --align-ref ... --align-reading R --
 prints (with `--align-on hyp` and the beam for the own translations): one search a reading, both
 directions read from its word matrix. Writes DIR/readings.json (the figures, the head's fit record,
 the command, commit, CPU), DIR/readings.md (the table as printed), DIR/<split>.hyp and, unless
-given, DIR/<split>.hyp.align. The tables of docs/guides/alignments.md were printed by
+given, DIR/<split>.hyp.align. With `--reverse CKPT2`, a checkpoint of the other direction, also
+its reading of each pair turned round (`reverse:<reading>`) and both directions joined by each of
+intersect, union, grow-diag-final and grow-diag-final-and (`joined:<method>[:foresight]`), as
+`evaluate --reverse CKPT2` scores them; the foresight reading is joined when both hold a head. The
+report of docs/readings/shared-fs600 was printed by
 
-    python docs/tools/readings_report.py FS.ckpt --out DIR --threads 2
+    python docs/tools/readings_report.py FS.ckpt --out DIR --threads 1
 """
 
 import argparse
@@ -20,18 +24,27 @@ import shlex
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from seq2seq import Translator
+from seq2seq.alignment.joined import join_all, joined_label
 from seq2seq.alignment.silver import check_bounds, silver_alignments
-from seq2seq.alignment.words import READINGS, alignment_error_rate, hard_links, read_pharaoh
+from seq2seq.alignment.words import (
+    JOINS,
+    READINGS,
+    alignment_error_rate,
+    flip,
+    hard_links,
+    read_pharaoh,
+)
 from seq2seq.atomic import atomic_write_text
 from seq2seq.checkpoint import corpus_of, read_checkpoint
 from seq2seq.cli import Parser
 from seq2seq.data.corpus import read_pairs, resolve_corpus
-from seq2seq.decoding.evaluate import read_split
+from seq2seq.decoding.evaluate import check_reverse, read_split
 from seq2seq.decoding.metrics import corpus_bleu
 from seq2seq.decoding.search_config import SearchConfig
 from seq2seq.errors import UserError
@@ -50,6 +63,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--beam", type=int, default=5, help="beam size of the own translations")
     p.add_argument("--hyp-align", metavar="FILE", help="eflomal's links of the own translations "
                    "(default: made here, aligned with the training pairs)")  # fmt: skip
+    p.add_argument("--reverse", metavar="CKPT2", help="a checkpoint of the other direction: its "
+                   "links, and both directions joined")  # fmt: skip
     p.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     return p.parse_args(argv)
 
@@ -68,14 +83,33 @@ def silver_of_own(corpus: dict, sources: list[str], hyps: list[str], out: Path) 
     return list(links.lines)
 
 
-def scored(results: list, gold: list, on: str, reading: str) -> list[dict]:
-    """AER, precision and recall of `results`' word matrices made into links each direction."""
+def with_links(results: list, direction: str) -> list:
+    """`results` with their word matrices made into links `direction`'s way (one list a pair)."""
+    return [replace(r, word_alignment=hard_links(r.word_attention, direction)) for r in results]
+
+
+def row(on: str, reading: str, direction: str, links: list, gold: list) -> dict:
+    """One figure of the report: AER, precision and recall of `links` (a list a pair) on `gold`."""
+    score = alignment_error_rate(links, gold)
+    return {"on": on, "reading": reading, "direction": direction, "aer": score.aer,
+            "precision": score.precision, "recall": score.recall}  # fmt: skip
+
+
+def scored(results: list, gold: list, on: str, reading: str, back: list | None) -> list[dict]:
+    """The figures of `results` each direction; with `back`, the other direction's readings of the
+    same pairs turned round, also theirs and both joined by each method."""
     rows = []
     for direction in DIRECTIONS:
-        links = [hard_links(r.word_attention, direction) for r in results]  # per pair
-        score = alignment_error_rate(links, gold)
-        rows.append({"on": on, "reading": reading, "direction": direction, "aer": score.aer,
-                     "precision": score.precision, "recall": score.recall})  # fmt: skip
+        forward = with_links(results, direction)
+        rows.append(row(on, reading, direction, [r.word_alignment for r in forward], gold))
+        if back is None:
+            continue
+        turned = with_links(back, direction)
+        flipped = [flip(r.word_alignment) for r in turned]
+        rows.append(row(on, f"reverse:{reading}", direction, flipped, gold))
+        for method in JOINS:
+            joined = [r.word_alignment for r in join_all(forward, turned, method, reading)]
+            rows.append(row(on, joined_label(method, reading), direction, joined, gold))
     return rows
 
 
@@ -85,7 +119,7 @@ def table(rows: list[dict]) -> str:
     named = {"ref": "reference", "hyp": "own translations"}
     head = "| reading | " + " | ".join(f"{named[on]}, {d}" for on, d in columns) + " |"
     lines = [head, "|---" * (len(columns) + 1) + "|"]
-    for reading in READINGS:
+    for reading in dict.fromkeys(r["reading"] for r in rows):  # in the order they were scored
         cells = []
         for on, direction in columns:
             (row,) = [
@@ -115,6 +149,10 @@ def report(args: argparse.Namespace, argv: list[str]) -> dict:
     sources, references, data = read_split(args.split, corpus, instead="")
     if len(gold) != len(sources):
         raise UserError(f"--gold {args.gold} has {len(gold)} lines for {len(sources)} pairs")
+    reverse = None
+    if args.reverse is not None:
+        check_reverse(corpus, args.reverse)
+        reverse = Translator.load(args.reverse)
     given = read_pharaoh(args.hyp_align) if args.hyp_align else None
     if given is not None and len(given) != len(sources):
         raise UserError(
@@ -143,8 +181,13 @@ def report(args: argparse.Namespace, argv: list[str]) -> dict:
         silver_of_own(corpus, sources, hyps, out / f"{args.split}.hyp.align")
         given = read_pharaoh(out / f"{args.split}.hyp.align")
     for reading in READINGS:
-        forced = translator.align(sources, references[0], reading=reading)
-        rows += scored(forced, gold, "ref", reading) + scored(own[reading], given, "hyp", reading)
+        joins = reverse is not None and (reading == "attention" or reverse.foresight is not None)
+        for on, targets, links in (("ref", references[0], gold), ("hyp", hyps, given)):
+            found = (
+                own[reading] if on == "hyp" else translator.align(sources, targets, reading=reading)
+            )
+            back = reverse.align(targets, sources, reading=reading) if joins else None
+            rows += scored(found, links, on, reading, back)
     head = checkpoint["foresight"].get("fit")  # how the head was fitted (seq2seq fit-foresight)
     return {
         "checkpoint": str(args.checkpoint),
@@ -152,6 +195,7 @@ def report(args: argparse.Namespace, argv: list[str]) -> dict:
         "data": data,
         "gold": args.gold,
         "hyp_align": args.hyp_align or str(out / f"{args.split}.hyp.align"),
+        "reverse": args.reverse,
         "beam": args.beam,
         "bleu": corpus_bleu(hyps, references).value,
         "head": head,

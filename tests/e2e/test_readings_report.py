@@ -1,7 +1,8 @@
 """docs/tools/readings_report.py: every reading's AER of a checkpoint with a foresight head, each
 equal to what `evaluate` gives for the same reading, direction and text read; a checkpoint without
 a head or a gold file of the wrong length is one line before any translation; the own
-translations' links are made as the silver standard is, with the training pairs beside them.
+translations' links are made as the silver standard is, with the training pairs beside them; with a
+checkpoint of the other direction, its links and both joined are `evaluate --reverse`'s.
 
 The head is fitted for 3 updates on the tiny checkpoint and the "gold" links are made up (each
 word to the word at its position): the figures are not good ones, only the same ones."""
@@ -13,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from seq2seq.alignment.silver import SilverLinks
-from seq2seq.alignment.words import format_pharaoh
+from seq2seq.alignment.words import JOINS, format_pharaoh
 from seq2seq.checkpoint import corpus_of, read_checkpoint
 from seq2seq.commands import foresight as foresight_command
 from seq2seq.decoding.evaluate import AlignmentScoring, EvalOptions, evaluate
 from seq2seq.decoding.search_config import SearchConfig
 from seq2seq.decoding.translator import Translator
+from tests.unit.decoding.test_evaluate import reversed_copy
 
 ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location(
@@ -101,6 +103,8 @@ def test_bad_inputs_are_one_line_before_any_translation(
             f"--hyp-align {short} has 1 lines for 20 pairs",
         (str(setup["fs"]), *gold, "--beam", "0", "--out", str(out)): "`beam` must be at least 1",
         (str(setup["fs"]), *gold, "--split", "nope", "--out", str(out)): "--split nope: ",
+        (str(setup["fs"]), *gold, "--reverse", str(setup["fs"]), "--out", str(out)):
+            f"--reverse {setup['fs']} translates de->en, not en->de",
         (str(setup["fs"]), *gold, "--out", str(a_file / "sub")):
             f"--out {a_file / 'sub'}: cannot make the folder",
     }  # fmt: skip
@@ -151,3 +155,36 @@ def test_own_translations_are_aligned_with_the_training_pairs_beside_them(
     made = json.loads((out / "readings.json").read_text())["readings"]
     given = json.loads((folder / "report" / "readings.json").read_text())["readings"]
     assert made == given  # the same links scored the same
+
+
+def test_with_the_other_direction_its_links_and_both_joined_are_evaluates(setup: dict) -> None:
+    """The same GRU labelled en->de (the vocabulary is joint), head included, as the reverse model:
+    each reading, its reverse and its four joins, each direction, each text, as `evaluate
+    --reverse` scores them."""
+    folder = setup["folder"]
+    (folder / "rev").mkdir(exist_ok=True)
+    reverse = reversed_copy(setup["fs"], folder / "rev")
+    out = folder / "joined"
+    argv = [str(setup["fs"]), "--out", str(out), "--gold", str(folder / "gold.align"),
+            "--hyp-align", str(folder / "own.align"), "--beam", str(BEAM),
+            "--reverse", str(reverse)]  # fmt: skip
+    assert tool.main(argv) == 0
+    result = json.loads((out / "readings.json").read_text("utf-8"))
+    labels = ["attention", "reverse:attention", *(f"joined:{m}" for m in JOINS)]
+    labels += ["foresight", "reverse:foresight", *(f"joined:{m}:foresight" for m in JOINS)]
+    assert list(dict.fromkeys(r["reading"] for r in result["readings"])) == labels
+    assert len(result["readings"]) == len(labels) * 4 and result["reverse"] == str(reverse)
+    for on in ("ref", "hyp"):
+        for reading in ("attention", "foresight"):
+            for direction in ("tgt2src", "intersect"):
+                gold = folder / ("gold.align" if on == "ref" else "own.align")
+                scoring = AlignmentScoring(str(gold), on, direction, reading, str(reverse))
+                options = EvalOptions(search=SearchConfig(beam=BEAM), alignment=scoring)
+                for found in evaluate(setup["fs"], "test", options=options).readings:
+                    (row,) = [r for r in result["readings"]
+                              if (r["on"], r["reading"], r["direction"]) == (on, found.reading, direction)]  # fmt: skip
+                    score = found.score
+                    assert (row["aer"], row["precision"], row["recall"]) == (
+                        score.aer, score.precision, score.recall), row  # fmt: skip
+    table = (out / "readings.md").read_text("utf-8").splitlines()
+    assert [line.split(" | ")[0] for line in table[2:]] == [f"| {label}" for label in labels]
