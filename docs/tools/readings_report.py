@@ -144,8 +144,6 @@ def report(args: argparse.Namespace, argv: list[str]) -> dict:
     if translator.foresight is None:
         raise UserError(f"{args.checkpoint} holds no foresight head: fit one with "
                         f"`python -m seq2seq fit-foresight {args.checkpoint} --out FS.ckpt`")  # fmt: skip
-    if corpus is None:
-        raise UserError(f"{args.checkpoint} names no corpus to read --split {args.split} from")
     sources, references, data = read_split(args.split, corpus, instead="")
     if len(gold) != len(sources):
         raise UserError(f"--gold {args.gold} has {len(gold)} lines for {len(sources)} pairs")

@@ -86,7 +86,9 @@ def fit_and_write(args: argparse.Namespace) -> None:
     if args.src_file is not None:
         sources, (targets,), data = read_files(args.src_file, [args.tgt_file])
     else:
-        sources, (targets,), data = read_split(args.split, corpus_of(checkpoint))
+        sources, (targets,), data = read_split(
+            args.split, corpus_of(checkpoint), instead=" (or give --src-file and --tgt-file)"
+        )
     batches = pair_batches(
         tokenizer.encode_batch(sources), tokenizer.encode_batch(targets),
         settings.batch_tokens, settings.seed,

@@ -208,7 +208,7 @@ def read_split(
     from seq2seq.data.corpus import read_pairs, resolve_corpus
 
     if corpus is None:
-        raise UserError("the checkpoint names no corpus: give --src-file and --ref-file")
+        raise UserError(f"the checkpoint names no corpus to read --split {split} from{instead}")
     src, tgt = corpus["src"], corpus["tgt"]
     try:
         source = resolve_corpus(corpus["dataset"], corpus["data_dir"])
