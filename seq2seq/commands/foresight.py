@@ -12,6 +12,7 @@ Prints the updates, the loss at the start and at the end, the pairs read and the
 
 import argparse
 import sys
+from pathlib import Path
 
 import torch
 
@@ -81,6 +82,7 @@ def fit_and_write(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
     if (args.src_file is None) != (args.tgt_file is None):
         raise UserError("--src-file and --tgt-file go together")
+    check_out(Path(args.out), Path(args.checkpoint))
     checkpoint = read_checkpoint(args.checkpoint)
     model, tokenizer = load_model(args.checkpoint)
     if args.src_file is not None:
@@ -108,3 +110,17 @@ def fit_and_write(args: argparse.Namespace) -> None:
         "thread(s)"
     )
     print(f"written: {args.out}")
+
+
+def check_out(out: Path, checkpoint: Path) -> None:
+    """Refuse an --out that would replace the original or could not be written, before the minutes
+    of the fit: a folder, the checkpoint itself, a path under a file or in a read-only folder."""
+    from seq2seq.training.runs import check_writable
+
+    if out.is_dir():
+        raise UserError(f"--out {out}: a folder, not a checkpoint file")
+    if out.exists() and checkpoint.exists() and out.samefile(checkpoint):
+        raise UserError(
+            f"--out {out}: is CKPT itself; the original stays as it is (give a new path)"
+        )
+    check_writable(out.parent, f"--out {out}")

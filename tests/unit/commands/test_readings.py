@@ -81,6 +81,28 @@ def test_fit_foresight_refuses_bad_flags_in_one_line(
     assert not Path("x.ckpt").exists()
 
 
+def test_fit_foresight_refuses_an_out_it_would_lose_the_fit_on_before_fitting(
+    premove_checkpoint: Path, run_folder: Path, capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    from seq2seq.alignment import foresight
+
+    def no_fit(*args: object) -> None:
+        raise AssertionError("the head was fitted before --out was checked")
+
+    monkeypatch.setattr(foresight, "fit_foresight", no_fit)
+    original = premove_checkpoint.read_bytes()
+    Path("a-file").write_text("", "utf-8")
+    for out, message in ((str(premove_checkpoint), "is CKPT itself"),
+                         (".", "a folder, not a checkpoint file"),
+                         ("a-file/fs.ckpt", "a-file is a file, not a folder")):  # fmt: skip
+        assert foresight_command.main([str(premove_checkpoint), "--out", out]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: --out {out}") and message in err[0], err
+    assert premove_checkpoint.read_bytes() == original
+    assert sorted(p.name for p in Path(".").iterdir()) == ["a-file", "corpus", "gold.align"]
+
+
 def test_evaluate_with_a_reverse_checkpoint_prints_each_aer(
     premove_checkpoint: Path, run_folder: Path, capsys: pytest.CaptureFixture
 ) -> None:
