@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from seq2seq.errors import UserError
+
 TEMP_SUFFIX = ".tmp"
 
 
@@ -57,3 +59,33 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
 def atomic_write_text(path: str | Path, text: str) -> Path:
     """Publish `text` (UTF-8) as `path`, whole or not at all."""
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def check_writable(folder: str | Path, label: str) -> None:
+    """Refuse a folder (a log folder, a file's) that cannot be written, before any work, creating nothing.
+
+    The nearest existing ancestor must be a folder in which a file can be created (tried for real:
+    permission bits say nothing about read-only mounts, and root ignores them). `label` starts the
+    message: the flag the folder came from.
+    """
+    probe = Path(folder)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UserError(f"{label}: {probe} is a file, not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as err:
+        raise UserError(f"{label}: cannot write in {probe} ({err.strerror})") from None
+
+
+def check_writable_file(path: str | Path, label: str) -> None:
+    """Refuse, before the work whose result it is to hold, a file that could not be written: a folder,
+    a path under a file, one in a read-only folder. A device or pipe that exists (/dev/null,
+    /dev/stdout) passes; nothing is created."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{label}: a folder, not a file")
+    if not path.exists() or path.is_file():
+        check_writable(path.parent, label)

@@ -33,7 +33,7 @@ from typing import Any
 
 from sacrebleu.metrics import BLEU
 
-from seq2seq.atomic import atomic_write_text
+from seq2seq.atomic import atomic_write_text, check_writable_file
 from seq2seq.cli import cli_message
 from seq2seq.decoding.evaluate import AlignmentScoring, EvalOptions, Evaluation, evaluate
 from seq2seq.decoding.flags import add_reading_flags, decoding_parser, search_config
@@ -87,12 +87,15 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     args = build_parser(prog).parse_args(argv)
     try:
         options = eval_options(args)
+        data = args.src_file or args.split
+        out = Path(args.out or default_out(args.checkpoint, data, options.search.beam))
+        check_writable_file(out, f"--out {out}")  # before the translation, not after it
+        if args.json and args.json != "-":
+            check_writable_file(args.json, f"--json {args.json}")
         found = evaluate(
             args.checkpoint, args.split, src_file=args.src_file, ref_files=args.ref_file,
             options=options,
         )  # fmt: skip
-        data = args.src_file or args.split
-        out = Path(args.out or default_out(args.checkpoint, data, options.search.beam))
         written = write_lines(list(found.hypotheses), out)
         result = result_json(found, written)
         if args.json and args.json != "-":

@@ -115,12 +115,10 @@ def fit_and_write(args: argparse.Namespace) -> None:
 def check_out(out: Path, checkpoint: Path) -> None:
     """Refuse an --out that would replace the original or could not be written, before the minutes
     of the fit: a folder, the checkpoint itself, a path under a file or in a read-only folder."""
-    from seq2seq.training.runs import check_writable
+    from seq2seq.atomic import check_writable_file
 
-    if out.is_dir():
-        raise UserError(f"--out {out}: a folder, not a checkpoint file")
     if out.exists() and checkpoint.exists() and out.samefile(checkpoint):
         raise UserError(
             f"--out {out}: is CKPT itself; the original stays as it is (give a new path)"
         )
-    check_writable(out.parent, f"--out {out}")
+    check_writable_file(out, f"--out {out}")

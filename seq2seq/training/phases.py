@@ -21,6 +21,7 @@ import lightning as L
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 
+from seq2seq.atomic import check_writable
 from seq2seq.checkpoint import CORPUS_KEYS
 from seq2seq.cli import part
 from seq2seq.data.datamodule import TranslationDataModule, check_same_corpus
@@ -43,7 +44,6 @@ from seq2seq.training.runs import (
     RunFolder,
     check_fits,
     check_same_recipe,
-    check_writable,
     checkpoint_callbacks,
     read_resumable,
     remove_stale_temporaries,

@@ -5,7 +5,6 @@ save goes through fsspec, whose local transaction stages the file in the system 
 over: a copy, not a rename, when that folder is another filesystem, and never fsynced).
 """
 
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -164,25 +163,6 @@ def resume_plan(log_dir: str, name: str, resume: str | None) -> tuple[RunFolder,
         run_dir = version_dir.parent
         return RunFolder(str(run_dir.parent), run_dir.name, int(number)), path
     return RunFolder(log_dir, name), path
-
-
-def check_writable(folder: str | Path, label: str) -> None:
-    """Refuse a log folder that cannot be written, before any work and without creating anything.
-
-    The nearest existing ancestor must be a folder in which a file can be created (tried for real:
-    permission bits say nothing about read-only mounts, and root ignores them). `label` starts the
-    message: the flag the folder came from.
-    """
-    probe = Path(folder)
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir():
-        raise UserError(f"{label}: {probe} is a file, not a folder")
-    try:
-        with tempfile.TemporaryFile(dir=probe):
-            pass
-    except OSError as err:
-        raise UserError(f"{label}: cannot write in {probe} ({err.strerror})") from None
 
 
 def read_resumable(path: str | Path) -> dict[str, Any]:

@@ -65,3 +65,23 @@ def test_a_write_that_fails_before_its_fsync_leaves_the_old_files(
     )
     assert Path("hyps.txt").read_text("utf-8") == "the old hypotheses\n"
     assert sorted(p.name for p in run_folder.iterdir()) == ["corpus", "hyps.txt"]  # no temporary
+
+
+def test_an_out_or_json_that_cannot_be_written_is_refused_before_translating(
+    premove_checkpoint: Path, run_folder: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    def no_translation(*args: object, **kwargs: object) -> None:
+        raise AssertionError("translated before --out and --json were checked")
+
+    monkeypatch.setattr(evaluate_command, "evaluate", no_translation)
+    Path("a-file").write_text("", "utf-8")
+    for flags, message in ((["--out", "."], "error: --out .: a folder, not a file"),
+                           (["--out", "a-file/h.txt"], "error: --out a-file/h.txt: a-file is a file"),
+                           (["--json", "a-file/r.json"], "error: --json a-file/r.json: a-file is a")):  # fmt: skip
+        assert evaluate_command.main([str(premove_checkpoint), "--beam", "1", *flags]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith(message), err
+    assert sorted(p.name for p in run_folder.iterdir()) == ["a-file", "corpus"]
+    # /dev/null is written into as it is, never replaced: it passes the check, on to the translation.
+    with pytest.raises(AssertionError, match="translated before"):
+        evaluate_command.main([str(premove_checkpoint), "--out", "/dev/null"])
