@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from seq2seq.alignment.silver import silver_alignments
-from seq2seq.atomic import atomic_write_text
+from seq2seq.atomic import atomic_write_text, check_writable_file
 from seq2seq.cli import Parser
 from seq2seq.data.corpus import SHARED_DATA
 from seq2seq.errors import UserError
@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         files, extra = (args.src_file, args.tgt_file), (args.train_src, args.train_tgt)
     out = Path(args.out or default_out(*files))
     try:
+        check_writable_file(out, f"--out {out}")  # before eflomal's minutes, not after them
         links = silver_alignments(*files, extra, args.symmetrize, args.with_possible)
         write_out(out, links.text())
     except UserError as err:

@@ -42,3 +42,19 @@ def test_a_write_that_fails_before_its_fsync_leaves_the_old_file_and_no_temporar
     assert err == f"error: --out {out}: cannot write ({os.strerror(28)})"
     assert out.read_text("utf-8") == "the old links\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["links.align", "train.de", "train.en"]
+
+
+def test_an_out_that_cannot_be_written_is_refused_before_aligning(
+    split: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    def no_alignment(*args: object) -> None:
+        raise AssertionError("eflomal ran before --out was checked")
+
+    monkeypatch.setattr("seq2seq.alignment.silver.align_both_ways", no_alignment)
+    (tmp_path / "a-file").write_text("", "utf-8")
+    for out, message in ((tmp_path, "a folder, not a file"),
+                         (tmp_path / "a-file" / "x.align", "is a file, not a folder")):  # fmt: skip
+        assert silver_alignments.main([*split, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: --out {out}: ") and message in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "train.de", "train.en"]
