@@ -33,7 +33,9 @@ from typing import Any
 
 import torch
 
+from seq2seq.atomic import atomic_write_text, check_writable_file
 from seq2seq.cli import Parser
+from seq2seq.errors import UserError
 
 SERVE = Path(__file__).with_name("serve.py")
 CLIENTS = (1, 4, 16)
@@ -183,6 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu, cuda, ... for both processes")
     parser.add_argument("--json", metavar="FILE", help="also write the figures here")
     args = parser.parse_args(argv)
+    if args.json:  # refused now, not after the minutes of the run
+        try:
+            check_writable_file(args.json, f"--json {args.json}")
+        except UserError as err:
+            parser.error(str(err))
     sentences = read_sentences(args.src_file, max(args.requests, 1000))
     jobs = sentences[: args.requests]
     result: dict[str, Any] = {"machine": machine(), "checkpoint": args.checkpoint,
@@ -231,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     result["memory"] = memory(args.checkpoint, args.device, sentences, tuple(args.memory_marks))
     text = json.dumps(result, indent=2)
     if args.json:
-        Path(args.json).write_text(text + "\n")
+        atomic_write_text(args.json, text + "\n")  # whole or not at all
     print(text)
     return 0
 

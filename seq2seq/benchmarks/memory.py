@@ -26,7 +26,7 @@ from types import ModuleType
 
 import torch
 
-from seq2seq.atomic import atomic_write_text
+from seq2seq.atomic import atomic_write_text, check_writable_file
 from seq2seq.benchmarks import speed
 from seq2seq.cli import Parser, cli_message
 from seq2seq.decoding.flags import pick_device
@@ -260,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.train_child:
         return train_child(args.train_child, args.every, rest)
     try:
+        if args.json:  # refused now, not after the minutes of the runs
+            check_writable_file(args.json, f"--json {args.json}")
         cfg, device = parse_args(rest), pick_device(args.device)
         torch.set_num_threads(args.threads)
         if args.probe:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from seq2seq.atomic import atomic_write_text
+from seq2seq.atomic import atomic_write_text, check_writable_file
 from seq2seq.cli import Parser
 from seq2seq.data.corpus import resolve_corpus
 from seq2seq.errors import UserError
@@ -182,6 +182,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-train", action="store_true", help="measure the preparation only")
     parser.add_argument("--json", metavar="FILE", help="also write the figures here")
     args, rest = parser.parse_known_args(argv)
+    if args.json:  # refused now, not after the minutes of the runs
+        try:
+            check_writable_file(args.json, f"--json {args.json}")
+        except UserError as err:
+            parser.error(str(err))
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     rows = [("pairs", f"{args.pairs:,}"), ("load average at start", _load())]

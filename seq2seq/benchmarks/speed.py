@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-from seq2seq.atomic import atomic_write_text
+from seq2seq.atomic import atomic_write_text, check_writable_file
 from seq2seq.benchmarks.reference import reference_loss
 from seq2seq.benchmarks.wholerun import (
     PhaseTimes,
@@ -361,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     if "fast" not in args.paths:
         p.error("--paths must include fast: decoding and every ratio are measured against it")
     try:
+        if args.json:  # refused now, not after the minutes of the run
+            check_writable_file(args.json, f"--json {args.json}")
         cfg, device = parse_args(rest), pick_device(args.device)
         result = run(args, cfg, device)
     except UserError as err:

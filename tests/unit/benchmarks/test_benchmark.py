@@ -182,6 +182,27 @@ def test_device_cuda_without_cuda_is_refused_in_one_line(script, capsys) -> None
     assert len(err.splitlines()) == 1 and err.startswith("error: --device cuda") and "CUDA" in err
 
 
+@pytest.mark.parametrize("script", [benchmark, benchmark_memory])
+def test_a_json_that_cannot_be_written_is_refused_before_the_runs(
+    script, tmp_path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    def no_run(*args: object) -> None:
+        raise AssertionError("the benchmark ran before --json was checked")
+
+    monkeypatch.setattr(script, "run", no_run)
+    (tmp_path / "a-file").write_text("")
+    for json_path, message in ((tmp_path, "a folder, not a file"),
+                               (tmp_path / "a-file" / "x.json", "is a file, not a folder")):  # fmt: skip
+        assert script.main(["--quick", "--json", str(json_path)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert (
+            len(err) == 1
+            and err[0].startswith(f"error: --json {json_path}: ")
+            and message in err[0]
+        )
+    assert [p.name for p in tmp_path.iterdir()] == ["a-file"]
+
+
 def test_paths_without_fast_are_refused_in_one_line(capsys) -> None:
     with pytest.raises(SystemExit) as stopped:
         benchmark.main(["--paths", "bf16"])
