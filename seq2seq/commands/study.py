@@ -138,6 +138,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         study = Study(args.folder, args.work_dir)
         if getattr(args, "max_minutes", None) is not None and args.max_minutes <= 0:
             raise UserError(f"--max-minutes must be positive, got {args.max_minutes}")
+        if getattr(args, "threads", None) is not None and args.threads <= 0:
+            raise UserError(f"--threads must be positive, got {args.threads}")  # not "all cores"
         if args.command == "run":
             return run_all(study, spec_from(args), args.parallel, args.threads, args.max_minutes)
         if args.command == "commands":

@@ -14,6 +14,11 @@ def test_bad_specs_are_refused_in_one_line_before_any_training(tmp_path, capsys)
         (["--variant", "a", "--seed 3", "--seeds", "1"], "--seed is set by the study itself"),
         (["--variant", "a/b", "--score dot", "--seeds", "1"], "variant name 'a/b'"),
         (["--seeds", "1"], "at least one variant"),
+        (["--variant", "a", "--score dot", "--seeds", "1", "--threads", "0"], "--threads must be"),
+        (
+            ["--variant", "a", "--score dot", "--seeds", "1", "--parallel", "0"],
+            "--parallel must be",
+        ),
     ]
     for flags, message in cases:
         assert study_script.main(["run", str(folder), "--work-dir", str(tmp_path), *flags]) == 2
