@@ -135,7 +135,9 @@ def table(rows: list[dict]) -> str:
 def report(args: argparse.Namespace, argv: list[str]) -> dict:
     """The report's figures (readings.json); UserError for a bad input, before any translation
     where it can be told."""
-    if args.threads:
+    if args.threads is not None:
+        if args.threads < 1:
+            raise UserError(f"--threads {args.threads}: must be at least 1")
         torch.set_num_threads(args.threads)
     gold = read_pharaoh(args.gold)  # a bad file fails here, before any translation
     checkpoint = read_checkpoint(args.checkpoint)

@@ -102,6 +102,7 @@ def test_bad_inputs_are_one_line_before_any_translation(
         (str(setup["fs"]), *gold, "--hyp-align", str(short), "--out", str(out)):
             f"--hyp-align {short} has 1 lines for 20 pairs",
         (str(setup["fs"]), *gold, "--beam", "0", "--out", str(out)): "`beam` must be at least 1",
+        (str(setup["fs"]), *gold, "--threads", "0", "--out", str(out)): "--threads 0: must be at",
         (str(setup["fs"]), *gold, "--split", "nope", "--out", str(out)): "--split nope: ",
         (str(setup["fs"]), *gold, "--reverse", str(setup["fs"]), "--out", str(out)):
             f"--reverse {setup['fs']} translates de->en, not en->de",
