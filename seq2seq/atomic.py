@@ -8,7 +8,7 @@ temporary and raises: nothing half-written is ever renamed into place.
 import contextlib
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -80,12 +80,21 @@ def check_writable(folder: str | Path, label: str) -> None:
         raise UserError(f"{label}: cannot write in {probe} ({err.strerror})") from None
 
 
-def check_writable_file(path: str | Path, label: str) -> None:
-    """Refuse, before the work whose result it is to hold, a file that could not be written: a folder,
-    a path under a file, one in a read-only folder. A device or pipe that exists (/dev/null,
-    /dev/stdout) passes; nothing is created."""
+def check_writable_file(
+    path: str | Path, label: str, inputs: Iterable[str | Path | None] = ()
+) -> None:
+    """Refuse, before the work whose result it is to hold, a file that could not be written or that
+    would replace one of the command's `inputs` (its checkpoint, sources, references): a folder, a
+    path under a file, one in a read-only folder, an input itself. A device or pipe that exists
+    (/dev/null, /dev/stdout) passes; nothing is created."""
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{label}: a folder, not a file")
+    for given in inputs:
+        if given is not None and path.exists() and Path(given).exists():
+            if path.samefile(given):
+                raise UserError(
+                    f"{label}: is the input {given}, which stays as it is (give a new path)"
+                )
     if not path.exists() or path.is_file():
         check_writable(path.parent, label)

@@ -89,9 +89,16 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         options = eval_options(args)
         data = args.src_file or args.split
         out = Path(args.out or default_out(args.checkpoint, data, options.search.beam))
-        check_writable_file(out, f"--out {out}")  # before the translation, not after it
+        inputs = (
+            args.checkpoint,
+            args.src_file,
+            *(args.ref_file or []),
+            args.align_ref,
+            args.reverse,
+        )
+        check_writable_file(out, f"--out {out}", inputs)  # before the translation, not after it
         if args.json and args.json != "-":
-            check_writable_file(args.json, f"--json {args.json}")
+            check_writable_file(args.json, f"--json {args.json}", inputs)
         found = evaluate(
             args.checkpoint, args.split, src_file=args.src_file, ref_files=args.ref_file,
             options=options,

@@ -12,10 +12,10 @@ Prints the updates, the loss at the start and at the end, the pairs read and the
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 
+from seq2seq.atomic import check_writable_file
 from seq2seq.cli import cli_message
 from seq2seq.errors import UserError
 
@@ -82,7 +82,8 @@ def fit_and_write(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
     if (args.src_file is None) != (args.tgt_file is None):
         raise UserError("--src-file and --tgt-file go together")
-    check_out(Path(args.out), Path(args.checkpoint))
+    inputs = (args.checkpoint, args.src_file, args.tgt_file)  # the original is never replaced
+    check_writable_file(args.out, f"--out {args.out}", inputs)  # before the minutes of the fit
     checkpoint = read_checkpoint(args.checkpoint)
     model, tokenizer = load_model(args.checkpoint)
     if args.src_file is not None:
@@ -110,15 +111,3 @@ def fit_and_write(args: argparse.Namespace) -> None:
         "thread(s)"
     )
     print(f"written: {args.out}")
-
-
-def check_out(out: Path, checkpoint: Path) -> None:
-    """Refuse an --out that would replace the original or could not be written, before the minutes
-    of the fit: a folder, the checkpoint itself, a path under a file or in a read-only folder."""
-    from seq2seq.atomic import check_writable_file
-
-    if out.exists() and checkpoint.exists() and out.samefile(checkpoint):
-        raise UserError(
-            f"--out {out}: is CKPT itself; the original stays as it is (give a new path)"
-        )
-    check_writable_file(out, f"--out {out}")

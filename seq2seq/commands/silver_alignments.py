@@ -73,7 +73,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         files, extra = (args.src_file, args.tgt_file), (args.train_src, args.train_tgt)
     out = Path(args.out or default_out(*files))
     try:
-        check_writable_file(out, f"--out {out}")  # before eflomal's minutes, not after them
+        inputs = (*files, *(extra or ()))  # before eflomal's minutes, not after them
+        check_writable_file(out, f"--out {out}", inputs)
         links = silver_alignments(*files, extra, args.symmetrize, args.with_possible)
         write_out(out, links.text())
     except UserError as err:

@@ -75,13 +75,18 @@ def test_an_out_or_json_that_cannot_be_written_is_refused_before_translating(
 
     monkeypatch.setattr(evaluate_command, "evaluate", no_translation)
     Path("a-file").write_text("", "utf-8")
-    for flags, message in ((["--out", "."], "error: --out .: a folder, not a file"),
+    src, ref = (str(run_folder / "corpus" / f"test.{lang}") for lang in ("de", "en"))
+    files, kept = ["--src-file", src, "--ref-file", ref], Path(ref).read_bytes()
+    for flags, message in (([*files, "--out", ref], f"error: --out {ref}: is the input {ref}"),
+                           ([*files, "--json", src], f"error: --json {src}: is the input {src}"),
+                           (["--out", "."], "error: --out .: a folder, not a file"),
                            (["--out", "a-file/h.txt"], "error: --out a-file/h.txt: a-file is a file"),
                            (["--json", "a-file/r.json"], "error: --json a-file/r.json: a-file is a")):  # fmt: skip
         assert evaluate_command.main([str(premove_checkpoint), "--beam", "1", *flags]) == 2
         err = capsys.readouterr().err.splitlines()
         assert len(err) == 1 and err[0].startswith(message), err
     assert sorted(p.name for p in run_folder.iterdir()) == ["a-file", "corpus"]
+    assert Path(ref).read_bytes() == kept
     # /dev/null is written into as it is, never replaced: it passes the check, on to the translation.
     with pytest.raises(AssertionError, match="translated before"):
         evaluate_command.main([str(premove_checkpoint), "--out", "/dev/null"])

@@ -93,7 +93,7 @@ def test_fit_foresight_refuses_an_out_it_would_lose_the_fit_on_before_fitting(
     monkeypatch.setattr(foresight, "fit_foresight", no_fit)
     original = premove_checkpoint.read_bytes()
     Path("a-file").write_text("", "utf-8")
-    for out, message in ((str(premove_checkpoint), "is CKPT itself"),
+    for out, message in ((str(premove_checkpoint), "is the input"),
                          (".", "a folder, not a file"),
                          ("a-file/fs.ckpt", "a-file is a file, not a folder")):  # fmt: skip
         assert foresight_command.main([str(premove_checkpoint), "--out", out]) == 2

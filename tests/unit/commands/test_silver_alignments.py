@@ -53,6 +53,7 @@ def test_an_out_that_cannot_be_written_is_refused_before_aligning(
     monkeypatch.setattr("seq2seq.alignment.silver.align_both_ways", no_alignment)
     (tmp_path / "a-file").write_text("", "utf-8")
     for out, message in ((tmp_path, "a folder, not a file"),
+                         (tmp_path / "train.en", f"is the input {tmp_path / 'train.en'}"),
                          (tmp_path / "a-file" / "x.align", "is a file, not a folder")):  # fmt: skip
         assert silver_alignments.main([*split, "--out", str(out)]) == 2
         err = capsys.readouterr().err.splitlines()
