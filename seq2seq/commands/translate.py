@@ -88,6 +88,11 @@ def translate(args: argparse.Namespace, stdin: IO[bytes], stdout: IO[str]) -> in
 
     if args.reverse and args.alignments == "none":
         raise UserError("--reverse joins alignments: give --alignments hard or soft too")
+    if args.reverse:  # the other direction's model, as evaluate --reverse asks
+        from seq2seq.checkpoint import corpus_of, read_checkpoint
+        from seq2seq.decoding.evaluate import check_reverse
+
+        check_reverse(corpus_of(read_checkpoint(args.checkpoint)), args.reverse)
 
     output = LineOutput(
         scores=args.scores,

@@ -142,3 +142,7 @@ def test_translate_with_a_reverse_checkpoint_prints_the_joined_links(
     assert [o["reading"] for o in objects] == ["joined:grow-diag-final-and"] * 2
     assert translate_command.main(argv) == 2  # --reverse without --alignments
     assert "--reverse joins alignments" in capsys.readouterr().err
+    same_way = [*argv[:3], "--reverse", str(premove_checkpoint), "--alignments", "hard"]
+    assert translate_command.main(same_way) == 2  # a --reverse that translates the same way round
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "translates de->en, not en->de" in err[0], err
