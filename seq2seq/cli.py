@@ -164,3 +164,15 @@ def _sections(schema: type) -> list[tuple[str | None, str | None, list[dataclass
 def cli_message(err: Exception) -> str:
     """The library names a setting as `name` in its messages; on the command line it is --name."""
     return re.sub(r"`([a-z][a-z0-9_]*)`", lambda found: as_flag(found.group(1)), str(err))
+
+
+def use_threads(threads: int | None) -> None:
+    """Give torch the `--threads` a command was handed (None: torch's own choice); below 1 is a
+    UserError naming the flag, before any work."""
+    if threads is None:
+        return
+    if threads < 1:
+        raise UserError(f"--threads {threads}: must be at least 1")
+    import torch  # here, not at the top: --help and the commands without torch stay light
+
+    torch.set_num_threads(threads)

@@ -42,7 +42,7 @@ from seq2seq.alignment.words import (
 )
 from seq2seq.atomic import atomic_write_text
 from seq2seq.checkpoint import corpus_of, read_checkpoint
-from seq2seq.cli import Parser
+from seq2seq.cli import Parser, use_threads
 from seq2seq.data.corpus import read_pairs, resolve_corpus
 from seq2seq.decoding.evaluate import check_reverse, read_split
 from seq2seq.decoding.metrics import corpus_bleu
@@ -135,10 +135,7 @@ def table(rows: list[dict]) -> str:
 def report(args: argparse.Namespace, argv: list[str]) -> dict:
     """The report's figures (readings.json); UserError for a bad input, before any translation
     where it can be told."""
-    if args.threads is not None:
-        if args.threads < 1:
-            raise UserError(f"--threads {args.threads}: must be at least 1")
-        torch.set_num_threads(args.threads)
+    use_threads(args.threads)
     gold = read_pharaoh(args.gold)  # a bad file fails here, before any translation
     checkpoint = read_checkpoint(args.checkpoint)
     corpus = corpus_of(checkpoint)

@@ -16,7 +16,7 @@ import sys
 import torch
 
 from seq2seq.atomic import check_writable_file
-from seq2seq.cli import cli_message
+from seq2seq.cli import cli_message, use_threads
 from seq2seq.errors import UserError
 
 
@@ -76,10 +76,7 @@ def fit_and_write(args: argparse.Namespace) -> None:
 
     settings = FitSettings(args.steps, args.batch_tokens, args.lr, args.seed)
     settings.check()
-    if args.threads is not None:
-        if args.threads < 1:
-            raise UserError(f"--threads {args.threads}: must be at least 1")
-        torch.set_num_threads(args.threads)
+    use_threads(args.threads)
     if (args.src_file is None) != (args.tgt_file is None):
         raise UserError("--src-file and --tgt-file go together")
     inputs = (args.checkpoint, args.src_file, args.tgt_file)  # the original is never replaced
