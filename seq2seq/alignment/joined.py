@@ -11,7 +11,8 @@ and fast_align report joined links beating either direction alone.
 (any two objects with those methods will do: this layer does not import the decoding one): the results
 are the forward translator's, their `word_alignment` the joined links and their `reading`
 "joined:<method>" (with ":foresight" after it when the two read foresight heads); the matrices
-(`attention`, `word_attention`) stay the forward direction's.
+(`attention`, `word_attention`) stay the forward direction's. Where both name their corpus (a
+Translator's `corpus`), the reverse one must translate the other way round (ValueError if not).
 """
 
 from collections.abc import Callable, Sequence
@@ -19,6 +20,17 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from seq2seq.alignment.words import JOINS, Join, flip, symmetrize
+
+
+def opposite_error(forward: Any, reverse: Any) -> str | None:
+    """Why `reverse` cannot be read as `forward`'s other direction, or None: each is a corpus as
+    `seq2seq.checkpoint.corpus_of` gives it ({"src": "de", "tgt": "en", ...}); one that names no
+    corpus (None) is taken at its word."""
+    if not forward or not reverse:
+        return None
+    if (reverse["src"], reverse["tgt"]) == (forward["tgt"], forward["src"]):
+        return None
+    return f"translates {reverse['src']}->{reverse['tgt']}, not {forward['tgt']}->{forward['src']}"
 
 
 class Aligner(Protocol):
@@ -49,6 +61,9 @@ class JoinedTranslator:
     def __init__(self, forward: Aligner, reverse: Aligner, method: Join = "grow-diag-final-and"):
         if method not in JOINS:
             raise ValueError(f"method must be one of {', '.join(JOINS)}, got {method!r}")
+        error = opposite_error(getattr(forward, "corpus", None), getattr(reverse, "corpus", None))
+        if error:  # two translators of one direction would "join" links of unrelated word pairs
+            raise ValueError(f"the reverse translator {error}")
         self.forward, self.reverse, self.method = forward, reverse, method
 
     def translate(

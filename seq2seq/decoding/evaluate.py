@@ -221,16 +221,12 @@ def read_split(
 
 def check_reverse(corpus: dict | None, reverse: str) -> None:
     """Refuses a `--reverse` checkpoint that is not one (or that names a corpus the same way round)."""
+    from seq2seq.alignment.joined import opposite_error
     from seq2seq.checkpoint import corpus_of, read_checkpoint
 
-    other = corpus_of(read_checkpoint(reverse))
-    if corpus is None or other is None:  # a checkpoint that names no corpus is taken at its word
-        return
-    if (other["src"], other["tgt"]) != (corpus["tgt"], corpus["src"]):
-        raise UserError(
-            f"--reverse {reverse} translates {other['src']}->{other['tgt']}, not "
-            f"{corpus['tgt']}->{corpus['src']}"
-        )
+    error = opposite_error(corpus, corpus_of(read_checkpoint(reverse)))
+    if error:
+        raise UserError(f"--reverse {reverse} {error}")
 
 
 def score_alignments(

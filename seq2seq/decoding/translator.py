@@ -45,7 +45,7 @@ from torch import Tensor
 from seq2seq.alignment.foresight import head_of
 from seq2seq.alignment.stats import means, recorded_scores, row_sums, stacked_scores
 from seq2seq.alignment.words import READINGS, Reading, word_alignment
-from seq2seq.checkpoint import read_checkpoint
+from seq2seq.checkpoint import corpus_of, read_checkpoint
 from seq2seq.data.batching import TokenBudgetBatchSampler, collate
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.data.words import Link
@@ -125,7 +125,8 @@ class TruncatedInput(UserWarning):
 
 class Translator:
     """Translate with `model` and `tokenizer` on `device` (the model is moved there, in eval mode);
-    `foresight`: the model's foresight head, which the "foresight" reading needs."""
+    `foresight`: the model's foresight head, which the "foresight" reading needs; `corpus`: what the
+    model was trained on (`seq2seq.checkpoint.corpus_of`: src, tgt, ...), None if unknown."""
 
     def __init__(
         self,
@@ -133,17 +134,20 @@ class Translator:
         tokenizer: Tokenizer,
         device: str | torch.device = "cpu",
         foresight: ForesightHead | None = None,
+        corpus: dict[str, Any] | None = None,
     ):
         self.device = torch.device(device)
         self.model, self.tokenizer = model.to(self.device).eval(), tokenizer
         self.foresight = None if foresight is None else foresight.to(self.device).eval()
+        self.corpus = corpus
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu") -> "Translator":
         """A Translator for the checkpoint at `path` (the file alone is enough), with the foresight
         head the checkpoint holds, if any."""
         model, tokenizer = load_model(path)
-        return cls(model, tokenizer, device, head_of(read_checkpoint(path)))
+        checkpoint = read_checkpoint(path)
+        return cls(model, tokenizer, device, head_of(checkpoint), corpus_of(checkpoint))
 
     def translate(
         self,

@@ -28,8 +28,8 @@ def result(text: str, links: list, nbest: list | None = None) -> Translation:
 class Stub:
     """A translator whose every reading has `links`; it records what it was asked to read."""
 
-    def __init__(self, links: list) -> None:
-        self.links, self.asked = links, []
+    def __init__(self, links: list, corpus: dict | None = None) -> None:
+        self.links, self.asked, self.corpus = links, [], corpus
 
     def align(self, sources, targets, *args, **kwargs) -> list[Translation]:
         self.asked.append(("align", list(sources), list(targets), kwargs.get("reading", args[-1])))
@@ -65,3 +65,18 @@ def test_an_unknown_method_is_refused() -> None:
     with pytest.raises(ValueError, match="grow-diag-final-and, got 'grow'"):
         JoinedTranslator(Stub(FWD), Stub(REV), "grow")
     assert joined_label("union") == "joined:union"
+
+
+def test_two_translators_of_one_direction_are_refused_and_a_corpus_unnamed_is_taken_at_its_word():
+    de_en, en_de = {"src": "de", "tgt": "en"}, {"src": "en", "tgt": "de"}
+    for forward, reverse, said in (
+        (de_en, de_en, "translates de->en, not en->de"),
+        (en_de, en_de, "translates en->de, not de->en"),
+        (de_en, {"src": "fr", "tgt": "en"}, "translates fr->en, not en->de"),
+        (de_en, {"src": "en", "tgt": "fr"}, "translates en->fr, not en->de"),
+    ):
+        with pytest.raises(ValueError, match=f"the reverse translator {said}"):
+            JoinedTranslator(Stub(FWD, forward), Stub(REV, reverse))
+    for forward, reverse in ((de_en, en_de), (en_de, de_en), (None, de_en), (de_en, None)):
+        JoinedTranslator(Stub(FWD, forward), Stub(REV, reverse))  # opposite, or one unknown
+    JoinedTranslator(object(), object())  # objects with no corpus at all: nothing to check

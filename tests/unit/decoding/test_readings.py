@@ -117,6 +117,17 @@ def test_the_foresight_reading_of_a_translation_reads_the_chosen_hypotheses(
 
 def test_two_real_translators_joined_give_the_symmetrised_links(premove_checkpoint: Path) -> None:
     forward, reverse = Translator.load(premove_checkpoint), Translator.load(premove_checkpoint)
+    assert forward.corpus is not None and (forward.corpus["src"], forward.corpus["tgt"]) == (
+        "de",
+        "en",
+    )
+    with pytest.raises(ValueError, match="the reverse translator translates de->en, not en->de"):
+        JoinedTranslator(
+            forward, reverse, "grow-diag-final"
+        )  # a checkpoint cannot be its own reverse
+    # The one tiny model stands in for both directions: the reverse one's corpus turned round, as an
+    # en->de checkpoint's would be.
+    reverse.corpus = {**forward.corpus, "src": "en", "tgt": "de"}
     joined = JoinedTranslator(forward, reverse, "grow-diag-final")
     fwd, back = forward.align(SOURCES, TARGETS), reverse.align(TARGETS, SOURCES)
     for mine, f, b in zip(joined.align(SOURCES, TARGETS), fwd, back, strict=True):
