@@ -9,6 +9,7 @@ import dataclasses
 import inspect
 from typing import Any
 
+from seq2seq.errors import UserError
 from seq2seq.models.config import ModelConfig
 from seq2seq.models.interface import Seq2Seq
 from seq2seq.models.rnn import RNNSeq2Seq
@@ -23,6 +24,26 @@ def model_keys(kind: str) -> tuple[str, ...]:
         raise ValueError(f"unknown model {kind!r}; choose one of {', '.join(MODELS)}")
     taken = inspect.signature(MODELS[kind]).parameters
     return tuple(f.name for f in dataclasses.fields(ModelConfig) if f.name in taken)
+
+
+def check_kind(config: Any) -> None:
+    """Refuse a setting that only another model kind's constructor takes, set in `config` (a
+    `ModelConfig` or a `TrainConfig`) to other than its value unset: `--model transformer
+    --hidden-size 1024` would otherwise train the default Transformer, the size never read."""
+    own = model_keys(config.model)
+    for f in dataclasses.fields(ModelConfig):
+        readers = [kind for kind in MODELS if f.name in model_keys(kind)]
+        if not readers or f.name in own:
+            continue
+        defaults = f.metadata["per_model"]  # per model kind; a kind not named takes the first's
+        unset = defaults.get(config.model, next(iter(defaults.values()))) if defaults else f.default
+        value = getattr(config, f.name)
+        if value != unset:
+            shown = "" if isinstance(value, bool) else f" {value}"
+            raise UserError(
+                f"`{f.name}`{shown}: a setting of --model {' and '.join(readers)}, which --model "
+                f"{config.model} does not read (leave it out)"
+            )
 
 
 def model_args_from(config: Any, vocab_size: int) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from seq2seq.cli import (
 )
 from seq2seq.data.config import DataConfig
 from seq2seq.errors import UserError
+from seq2seq.models.build import check_kind
 from seq2seq.models.config import ModelConfig
 from seq2seq.recipes import RECIPE
 from seq2seq.training.yaml_config import checked_value, read_yaml
@@ -238,6 +239,7 @@ class TrainConfig(RunConfig, ValidationConfig, OptimConfig, DataConfig, ModelCon
                 f"`max_len` {self.max_len}: the Transformer has {self.positions + 1:,} positions, "
                 f"one of them for EOS or BOS; use --max-len {self.positions} or less"
             )
+        check_kind(self)  # last: a range refused above says more than "leave it out"
 
 
 def validate(cfg: TrainConfig) -> TrainConfig:

@@ -249,6 +249,7 @@ REFUSALS: dict[str, Setup] = {
     "devices typo": flags_only,
     "a combination Lightning refuses": flags_only,
     "`--max-len` past the Transformer's positions": flags_only,
+    "a setting the model does not read": flags_only,
     "no training pair within `--max-len`": corpus_c,
     "an empty training split": empty_train,
     "an empty validation split": empty_val,

@@ -1,4 +1,5 @@
 import dataclasses
+import re
 import shlex
 
 import pytest
@@ -64,13 +65,57 @@ def test_a_recipe_setting_defaults_per_model_unless_given(name: str, tmp_path) -
 
 def test_the_gru_only_recipe_setting_follows_the_gru_and_means_nothing_to_the_transformer() -> None:
     """`--emb-size` is the GRU's (0.4.0: 512); the Transformer's width is `--d-model`, and its model
-    takes no embedding size, given or not."""
+    takes no embedding size (one given is refused: the next test)."""
     assert [n for n in per_model_fields(TrainConfig) if n not in SHARED] == ["emb_size"]
     assert parse_args([]).emb_size == RECIPES["rnn"]["emb_size"] == 512
     assert parse_args(["--emb-size", "256"]).emb_size == 256
-    for flags in (["--model", "transformer"], ["--model", "transformer", "--emb-size", "64"]):
-        assert "emb_size" not in model_args_from(parse_args(flags), vocab_size=100)
+    assert "emb_size" not in model_args_from(parse_args(["--model", "transformer"]), vocab_size=100)
     assert model_args_from(parse_args([]), vocab_size=100)["emb_size"] == 512
+
+
+@pytest.mark.parametrize(
+    ("model", "flags", "said"),
+    [
+        ("transformer", ["--decoder", "cgru"], "--decoder cgru: a setting of --model rnn,"),
+        ("transformer", ["--score", "dot"], "--score dot: a setting of --model rnn,"),
+        ("transformer", ["--emb-size", "64"], "--emb-size 64: a setting of --model rnn,"),
+        ("transformer", ["--hidden-size", "1024"], "--hidden-size 1024: a setting of --model rnn,"),
+        ("transformer", ["--attn-size", "64"], "--attn-size 64: a setting of --model rnn,"),
+        ("transformer", ["--enc-layers", "2"], "--enc-layers 2: a setting of --model rnn,"),
+        ("rnn", ["--d-model", "128"], "--d-model 128: a setting of --model transformer,"),
+        ("rnn", ["--heads", "8"], "--heads 8: a setting of --model transformer,"),
+        ("rnn", ["--layers", "4"], "--layers 4: a setting of --model transformer,"),
+        ("rnn", ["--ff-size", "256"], "--ff-size 256: a setting of --model transformer,"),
+        ("rnn", ["--post-ln"], "--post-ln: a setting of --model transformer,"),
+        (
+            "rnn",
+            ["--alignment-layer", "0"],
+            "--alignment-layer 0: a setting of --model transformer,",
+        ),
+        (
+            "rnn",
+            ["--alignment-heads", "0"],
+            "--alignment-heads 0: a setting of --model transformer,",
+        ),
+    ],
+)
+def test_a_setting_only_the_other_model_reads_is_refused_not_ignored(model, flags, said) -> None:
+    """`--model transformer --hidden-size 1024` trained the default Transformer, the size unread.
+    Each setting one kind's constructor takes and the other's does not is refused when set, from
+    the flags and from a library caller's config alike; at the value it has unset it means nothing
+    either way and passes (a study's shared flags may name it)."""
+    with pytest.raises(UserError, match=f"^{re.escape(said)} which --model {model} does not read"):
+        parse_args(["--model", model, *flags])
+    field = flags[0].removeprefix("--").replace("-", "_")
+    value = True if len(flags) == 1 else int(flags[1]) if flags[1].isdigit() else flags[1]
+    with pytest.raises(UserError, match=f"^`{field}`"):
+        validate(TrainConfig(model=model, **{field: value}))
+    unset = getattr(TrainConfig(model=model), field)
+    assert getattr(validate(TrainConfig(model=model, **{field: unset})), field) == unset
+    assert set(model_keys("rnn")) ^ set(model_keys("transformer")) == {
+        "score", "decoder", "emb_size", "hidden_size", "attn_size", "enc_layers", "d_model",
+        "heads", "layers", "ff_size", "post_ln", "alignment_layer", "alignment_heads",
+    }  # fmt: skip  # every one of them is in the list above
 
 
 @pytest.mark.parametrize(
