@@ -36,7 +36,7 @@ from sacrebleu.metrics import BLEU
 from seq2seq.atomic import atomic_write_text, check_writable_file
 from seq2seq.cli import cli_message
 from seq2seq.decoding.evaluate import AlignmentScoring, EvalOptions, Evaluation, evaluate
-from seq2seq.decoding.flags import add_reading_flags, decoding_parser, search_config
+from seq2seq.decoding.flags import add_reading_flags, decoding_parser, refuse_unread, search_config
 from seq2seq.errors import UserError
 
 
@@ -84,8 +84,14 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    args = build_parser(prog).parse_args(argv)
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
     try:
+        if not args.align_ref:  # each of these is read by the alignment scoring alone
+            flags = ("reverse", "align_reading", "align_on", "align_direction")
+            refuse_unread(
+                parser, args, flags, "is for alignment scoring: give --align-ref GOLD too"
+            )
         options = eval_options(args)
         data = args.src_file or args.split
         out = Path(args.out or default_out(args.checkpoint, data, options.search.beam))
@@ -121,9 +127,6 @@ def eval_options(args: argparse.Namespace) -> EvalOptions:
         alignment = AlignmentScoring(
             args.align_ref, args.align_on, args.align_direction, args.align_reading, args.reverse
         )
-    elif args.reverse or args.align_reading != "attention":
-        flag = "--reverse" if args.reverse else "--align-reading"
-        raise UserError(f"{flag} scores alignments: give --align-ref GOLD too")
     return EvalOptions(
         search=search_config(args),
         device=args.device,

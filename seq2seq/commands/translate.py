@@ -19,7 +19,13 @@ from typing import IO
 
 from seq2seq.alignment.words import JOINS
 from seq2seq.cli import cli_message
-from seq2seq.decoding.flags import add_reading_flags, decoding_parser, pick_device, search_config
+from seq2seq.decoding.flags import (
+    add_reading_flags,
+    decoding_parser,
+    pick_device,
+    refuse_unread,
+    search_config,
+)
 from seq2seq.decoding.stream import LineOutput, open_or, translate_stream
 from seq2seq.errors import UserError
 
@@ -70,8 +76,18 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    args = build_parser(prog).parse_args(argv)
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
     try:
+        if args.alignments == "none":  # each of these shapes the alignments alone
+            flags = ("reverse", "align_reading", "align_direction", "join")
+            refuse_unread(
+                parser, args, flags, "is for word alignments: give --alignments hard or soft too"
+            )
+        if not args.reverse:
+            refuse_unread(
+                parser, args, ("join",), "joins --reverse's links: give --reverse CKPT2 too"
+            )
         return translate(args, sys.stdin.buffer, sys.stdout)
     except UserError as err:
         print(f"error: {cli_message(err)}", file=sys.stderr)
@@ -86,8 +102,6 @@ def translate(args: argparse.Namespace, stdin: IO[bytes], stdout: IO[str]) -> in
     from seq2seq.alignment.joined import JoinedTranslator
     from seq2seq.decoding.translator import Translator
 
-    if args.reverse and args.alignments == "none":
-        raise UserError("--reverse joins alignments: give --alignments hard or soft too")
     if args.reverse:  # the other direction's model, as evaluate --reverse asks
         from seq2seq.checkpoint import corpus_of, read_checkpoint
         from seq2seq.decoding.evaluate import check_reverse

@@ -3,6 +3,7 @@ and the device; the same helpers as the training flags (seq2seq.training.config)
 
 import argparse
 import dataclasses
+from collections.abc import Sequence
 
 import torch
 
@@ -35,6 +36,16 @@ def add_reading_flags(parser: argparse.ArgumentParser, reverse_help: str) -> Non
         "(seq2seq fit-foresight)",
     )  # fmt: skip
     parser.add_argument("--reverse", metavar="CKPT2", help=reverse_help)
+
+
+def refuse_unread(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, names: Sequence[str], why: str
+) -> None:
+    """Refuse the first of `names` (dests) that `args` holds at other than its default: a flag that
+    nothing will read, as `why` ("is for alignment scoring: give --align-ref GOLD too") says."""
+    for name in names:
+        if getattr(args, name) != parser.get_default(name):
+            raise UserError(f"{as_flag(name)} {why}")
 
 
 def search_config(args: argparse.Namespace) -> SearchConfig:

@@ -119,7 +119,9 @@ def test_evaluate_with_a_reverse_checkpoint_prints_each_aer(
         result["aer"] == result["alignments"][0]["aer"] and result["align_reading"] == "attention"
     )
     assert evaluate_command.main([*argv[:-2], "--reverse", str(reverse)]) == 2  # no --align-ref
-    assert "--reverse scores alignments: give --align-ref GOLD too" in capsys.readouterr().err
+    assert (
+        "--reverse is for alignment scoring: give --align-ref GOLD too" in capsys.readouterr().err
+    )
 
 
 def test_translate_with_a_reverse_checkpoint_prints_the_joined_links(
@@ -142,8 +144,41 @@ def test_translate_with_a_reverse_checkpoint_prints_the_joined_links(
     objects = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [o["reading"] for o in objects] == ["joined:grow-diag-final-and"] * 2
     assert translate_command.main(argv) == 2  # --reverse without --alignments
-    assert "--reverse joins alignments" in capsys.readouterr().err
+    assert (
+        "--reverse is for word alignments: give --alignments hard or soft"
+        in capsys.readouterr().err
+    )
     same_way = [*argv[:3], "--reverse", str(premove_checkpoint), "--alignments", "hard"]
     assert translate_command.main(same_way) == 2  # a --reverse that translates the same way round
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "translates de->en, not en->de" in err[0], err
+
+
+@pytest.mark.parametrize(
+    ("command", "flags", "said"),
+    [
+        ("translate", ["--join", "union"], "--join is for word alignments: give --alignments hard"),
+        ("translate", ["--align-direction", "src2tgt"], "--align-direction is for word alignments"),
+        ("translate", ["--align-reading", "foresight"], "--align-reading is for word alignments"),
+        ("translate", ["--alignments", "hard", "--join", "union"],
+         "--join joins --reverse's links: give --reverse CKPT2 too"),
+        ("evaluate", ["--align-on", "hyp"], "--align-on is for alignment scoring: give --align-ref"),
+        ("evaluate", ["--align-direction", "intersect"], "--align-direction is for alignment scoring"),
+        ("evaluate", ["--align-reading", "foresight"], "--align-reading is for alignment scoring"),
+    ],
+)  # fmt: skip
+def test_a_flag_nothing_would_read_is_refused_before_any_work(
+    command: str, flags: list[str], said: str, run_folder: Path, capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """`translate --join union` without --reverse, or `evaluate --align-on hyp` without --align-ref,
+    ran and printed what the flag was meant to change, unchanged: each such flag is refused, in one
+    line, before the checkpoint is read (here it does not exist). At its default it passes."""
+    main = {"translate": translate_command.main, "evaluate": evaluate_command.main}[command]
+    assert main(["missing.ckpt", *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {said}"), err
+    default = {"--join": "grow-diag-final-and", "--align-direction": "tgt2src",
+               "--align-reading": "attention", "--align-on": "ref"}[flags[-2]]  # fmt: skip
+    assert main(["missing.ckpt", *flags[:-1], default]) == 2  # on to the checkpoint, not found
+    assert "missing.ckpt" in capsys.readouterr().err
