@@ -193,6 +193,27 @@ RECIPE_TYPES: dict[type, type] = {float: RecipeFloat, int: RecipeInt}
 # The layers' settings TrainConfig is made of, lowest layer first; each checks its own (`check`).
 PARTS = (ModelConfig, DataConfig, OptimConfig, ValidationConfig, RunConfig)
 
+# A setting read only when another is set: (it, the setting it needs, set how, is that so).
+NEEDS: tuple[tuple[str, str, str, typing.Callable[[typing.Any], bool]], ...] = (
+    ("guided_alignment_weight", "guided_alignment", "FILE", lambda c: c.guided_alignment),
+    ("guided_alignment_cost", "guided_alignment", "FILE", lambda c: c.guided_alignment),
+    ("patience_metric", "patience", "N above 0", lambda c: c.patience > 0),
+    ("val_length_penalty", "val_beam", "N above 1", lambda c: c.val_beam > 1),
+    ("heatmap_sentences", "heatmap_every", "N above 0", lambda c: c.heatmap_every > 0),
+)
+
+
+def check_needs(cfg: typing.Any) -> None:
+    """Refuse a setting given (other than its default) that nothing reads without another one:
+    `--patience-metric loss` with no `--patience` trained to the end as if it were not there."""
+    fields = {f.name: f for f in dataclasses.fields(cfg)}
+    for name, needs, how, is_set in NEEDS:
+        value = getattr(cfg, name)
+        if value != fields[name].default and not is_set(cfg):
+            raise UserError(
+                f"`{name}` {value}: read only with `{needs}` {how} (give that, or leave this out)"
+            )
+
 
 # The flags' order in --help and hparams.yaml: dataclass fields come base class last to first.
 @dataclass
@@ -240,6 +261,7 @@ class TrainConfig(RunConfig, ValidationConfig, OptimConfig, DataConfig, ModelCon
                 f"one of them for EOS or BOS; use --max-len {self.positions} or less"
             )
         check_kind(self)  # last: a range refused above says more than "leave it out"
+        check_needs(self)
 
 
 def validate(cfg: TrainConfig) -> TrainConfig:
