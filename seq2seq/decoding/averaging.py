@@ -6,13 +6,16 @@
 
 The result is a checkpoint like any other for evaluate.py and translate.py (model and tokenizer inside),
 written atomically. Checkpoints whose model arguments or tokenizer differ are refused: their parameters do not
-live in one space, so their mean means nothing. The averaged file carries no optimizer state: it is for
+live in one space, so their mean means nothing; so is a file given twice (it would count twice) and an
+`out` that is one of them, before any is read. The averaged file carries no optimizer state: it is for
 decoding, not for resuming.
 """
 
+import os
 from pathlib import Path
 from typing import Any
 
+from seq2seq.atomic import check_writable_file
 from seq2seq.errors import UserError
 from seq2seq.models.build import complete_args
 
@@ -26,6 +29,8 @@ def average_checkpoints(paths: list[str], out: str | Path) -> Path:
 
     if len(paths) < 2:
         raise UserError(f"averaging needs two or more checkpoints, got {len(paths)}")
+    check_once(paths)
+    check_writable_file(out, f"--out {out}", paths)  # before the reading, not after it
     first = read_checkpoint(paths[0])
     groups = tied_groups(first["state_dict"])
     total = {
@@ -56,6 +61,21 @@ def average_checkpoints(paths: list[str], out: str | Path) -> Path:
     except OSError as err:
         raise UserError(f"--out {out}: cannot write ({err.strerror})") from None
     return out
+
+
+def check_once(paths: list[str]) -> None:
+    """Refuse a checkpoint given twice (by one name or two): it would count twice in the mean."""
+    seen: dict[tuple[int, int], str] = {}
+    for path in paths:
+        try:
+            found = os.stat(path)
+        except OSError:  # read_checkpoint names what is wrong with it
+            continue
+        key = (found.st_dev, found.st_ino)
+        if key in seen:
+            also = "" if seen[key] == path else f" (also as {seen[key]})"
+            raise UserError(f"{path} is given twice{also}: each checkpoint counts once in the mean")
+        seen[key] = path
 
 
 def tied_groups(state_dict: dict[str, Any]) -> dict[str, list[str]]:

@@ -197,6 +197,21 @@ def test_averaging_two_checkpoints_gives_the_mean_of_their_weights(
     torch.save(dict(a, state_dict=untied), tmp_path / "d.ckpt")
     assert average.main([str(tiny_checkpoint), str(tmp_path / "d.ckpt"), "--out", str(out)]) == 2
     assert "different parameters" in one_line_error(capsys)
+    # Refused before any checkpoint is read, nothing written and the inputs as they were: a file
+    # given twice (it would count twice in the mean), an --out that is an input, a folder.
+    kept, b_path = tiny_checkpoint.read_bytes(), tmp_path / "b.ckpt"
+    for argv, said in (
+        ([tiny_checkpoint, b_path, tiny_checkpoint], f"{tiny_checkpoint} is given twice: each"),
+        ([b_path, f"{tmp_path}/./b.ckpt"], f"{tmp_path}/./b.ckpt is given twice (also as {b_path})"),
+        ([tiny_checkpoint, b_path, "--out", tiny_checkpoint],
+         f"--out {tiny_checkpoint}: is the input {tiny_checkpoint}, which stays as it is"),
+        ([tiny_checkpoint, b_path, "--out", tmp_path], f"--out {tmp_path}: a folder, not a file"),
+    ):  # fmt: skip
+        out.unlink(missing_ok=True)
+        command = [*map(str, argv), *([] if "--out" in argv else ["--out", str(out)])]
+        assert average.main(command) == 2
+        assert one_line_error(capsys).startswith(f"error: {said}")
+        assert tiny_checkpoint.read_bytes() == kept and not out.exists()
 
 
 def test_evaluate_and_averaging_are_library_functions_with_the_commands_results(
@@ -225,7 +240,8 @@ def test_evaluate_and_averaging_are_library_functions_with_the_commands_results(
             "sentences")  # fmt: skip
     assert figures == tuple(ran[key] for key in keys) and ran["beam"] == called.search.beam == 2
     assert list(called.hypotheses) == (tmp_path / "run.hyp").read_text().splitlines()
-    out = average_checkpoints([tiny_checkpoint, tiny_checkpoint], tmp_path / "same.ckpt")
+    copy = shutil.copy(tiny_checkpoint, tmp_path / "copy.ckpt")  # the same file twice is refused
+    out = average_checkpoints([tiny_checkpoint, copy], tmp_path / "same.ckpt")
     weights = torch.load(out, weights_only=True)["state_dict"]
     saved = torch.load(tiny_checkpoint, weights_only=True)["state_dict"]
     assert all(torch.equal(weights[name], saved[name]) for name in saved)  # the mean of one run
