@@ -31,6 +31,7 @@ from seq2seq.atomic import atomic_write_bytes
 from seq2seq.checkpoint import read_checkpoint
 from seq2seq.cli import Parser, cli_message
 from seq2seq.decoding.attention_figure import PairChoice, attention_figure, pairs_of
+from seq2seq.decoding.flags import refuse_unread
 from seq2seq.decoding.loading import load_model
 from seq2seq.errors import UserError
 
@@ -40,10 +41,14 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p.add_argument("checkpoints", nargs="+", metavar="CKPT", help="one panel each, left to right")
     p.add_argument("--out", help="the image to write (.png)")
     p.add_argument("--tensorboard", metavar="DIR", help="also log align/<i> images under DIR")
-    p.add_argument("--sentences", type=int, default=4, help="align/<i> images per checkpoint")
+    p.add_argument(
+        "--sentences", type=int, default=4, help="--tensorboard's align/<i> images per checkpoint"
+    )
     p.add_argument("--split", default="val", help="the corpus split (default: val)")
-    p.add_argument("--index", type=int, default=0, help="the pair of the split, from 0")
-    p.add_argument("--beam", type=int, default=0, help="the model's own translation, beam K")
+    p.add_argument("--index", type=int, default=0, help="--out's pair of the split, from 0")
+    p.add_argument(
+        "--beam", type=int, default=0, help="--out shows the model's own translation, beam K"
+    )
     p.add_argument("--dataset", help="another corpus than the checkpoint's, by name")
     p.add_argument("--data-dir", help="another corpus than the checkpoint's, a folder")
     p.add_argument("--src", help="source language (default: the checkpoint's)")
@@ -55,6 +60,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             raise UserError(f"--beam {args.beam}: give 0 (teacher-forced) or a beam size")
         if args.out is None and args.tensorboard is None:
             raise UserError("nothing to write: give --out FILE.png, --tensorboard DIR or both")
+        if args.tensorboard is None:
+            refuse_unread(p, args, ["sentences"], "is for --tensorboard's images: give that too")
+        if (
+            args.out is None
+        ):  # the TensorBoard images are their own pairs, teacher-forced and greedy
+            refuse_unread(p, args, ["index", "beam"], "is for the --out image: give that too")
         if args.sentences < 1:
             raise UserError(f"--sentences {args.sentences}: give 1 or more")
         if args.out is not None:

@@ -97,8 +97,15 @@ def pairs_of(checkpoint: dict, choice: PairChoice) -> Pairs:
     corpus = corpus_of(checkpoint) or {}
     if choice.dataset or choice.data_dir:  # a corpus given here replaces the checkpoint's entirely
         dataset, data_dir = choice.dataset, choice.data_dir
-    else:
+    else:  # its own corpus in another language than the model's: a slip, refused
         dataset, data_dir = corpus.get("dataset"), corpus.get("data_dir")
+        for side, given in (("src", choice.src), ("tgt", choice.tgt)):
+            flag, own = f"--{side}", corpus.get(side)
+            if given and own and given != own:
+                raise UserError(
+                    f"{flag} {given}: the checkpoint translates {corpus['src']}->{corpus['tgt']} "
+                    f"(leave {flag} out, or name a corpus with --data-dir or --dataset)"
+                )
     src, tgt = choice.src or corpus.get("src") or "de", choice.tgt or corpus.get("tgt") or "en"
     source = resolve_corpus(dataset or "multi30k", data_dir)
     pairs = read_pairs(source, choice.split, src, tgt)

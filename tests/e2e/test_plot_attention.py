@@ -4,6 +4,7 @@ training's heatmaps into a TensorBoard run; a bad index is one line."""
 from pathlib import Path
 
 import numpy as np
+import pytest
 from matplotlib.image import imread
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -63,3 +64,26 @@ def test_a_foresight_head_logs_its_reading_beside_each_image(
     assert tags == sorted(f"align/{i}{kind}" for i in range(2) for kind in kinds)
     image = events.Images("align/0/foresight")[0]
     assert image.step == events.Images("align/0")[0].step and image.height >= 100
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--sentences", "3", "--out", "{tmp}/x.png"], "--sentences is for --tensorboard's images"),
+        (["--beam", "2", "--tensorboard", "{tmp}/tb"], "--beam is for the --out image"),
+        (["--index", "5", "--tensorboard", "{tmp}/tb"], "--index is for the --out image"),
+        (["--src", "fr", "--out", "{tmp}/x.png"], "--src fr: the checkpoint translates de->en"),
+        (
+            ["--tgt", "cs", "--tensorboard", "{tmp}/tb"],
+            "--tgt cs: the checkpoint translates de->en",
+        ),
+    ],
+)
+def test_a_flag_nothing_reads_or_another_language_is_refused_before_any_work(
+    tiny_checkpoint: Path, tmp_path: Path, capsys, flags: list[str], said: str
+) -> None:
+    argv = [str(tiny_checkpoint), *(flag.format(tmp=tmp_path) for flag in flags)]
+    assert plot_attention.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"error: {said}"), err
+    assert list(tmp_path.iterdir()) == []  # no image, no TensorBoard run
