@@ -92,6 +92,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             refuse_unread(
                 parser, args, flags, "is for alignment scoring: give --align-ref GOLD too"
             )
+        if args.src_file:
+            refuse_unread(parser, args, ["split"], "names a corpus split: --src-file's are read")
         options = eval_options(args)
         data = args.src_file or args.split
         out = Path(args.out or default_out(args.checkpoint, data, options.search.beam))

@@ -72,6 +72,7 @@ def fit_and_write(args: argparse.Namespace) -> None:
     )
     from seq2seq.checkpoint import atomic_save, corpus_of, read_checkpoint
     from seq2seq.decoding.evaluate import read_files, read_split
+    from seq2seq.decoding.flags import refuse_unread
     from seq2seq.decoding.loading import load_model
 
     settings = FitSettings(args.steps, args.batch_tokens, args.lr, args.seed)
@@ -79,6 +80,10 @@ def fit_and_write(args: argparse.Namespace) -> None:
     use_threads(args.threads)
     if (args.src_file is None) != (args.tgt_file is None):
         raise UserError("--src-file and --tgt-file go together")
+    if args.src_file is not None:
+        refuse_unread(
+            build_parser(), args, ["split"], "names a corpus split: --src-file's are read"
+        )
     inputs = (args.checkpoint, args.src_file, args.tgt_file)  # the original is never replaced
     check_writable_file(args.out, f"--out {args.out}", inputs)  # before the minutes of the fit
     checkpoint = read_checkpoint(args.checkpoint)

@@ -129,6 +129,7 @@ def test_bad_input_files_are_refused_in_one_line(
         f"{ok} --align-ref short.align": "--align-ref short.align has 1 lines for 20 pairs",
         f"{ok} --align-ref nope.align": "nope.align",
         "--split test": "--src-file",  # the corpus is hidden
+        f"{ok} --split val": "--split names a corpus split: --src-file's are read",
     }
     for flags, message in cases.items():
         assert evaluate.main([str(tiny_checkpoint), *flags.split()]) == 2

@@ -75,6 +75,8 @@ def test_fit_foresight_refuses_bad_flags_in_one_line(
     for flags, message in ((["--steps", "0"], "--steps 0: must be at least 1"),
                            (["--threads", "0"], "--threads 0: must be at least 1"),
                            (["--src-file", "corpus/test.de"], "--src-file and --tgt-file go together"),
+                           (["--src-file", "corpus/test.de", "--tgt-file", "corpus/test.en",
+                             "--split", "val"], "--split names a corpus split: --src-file's are read"),
                            (["--split", "nope"], "(or give --src-file and --tgt-file)")):  # fmt: skip
         assert foresight_command.main([str(premove_checkpoint), "--out", "x.ckpt", *flags]) == 2
         err = capsys.readouterr().err.splitlines()
