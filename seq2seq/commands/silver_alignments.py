@@ -18,6 +18,7 @@ from seq2seq.alignment.silver import silver_alignments
 from seq2seq.atomic import atomic_write_text, check_writable_file
 from seq2seq.cli import Parser
 from seq2seq.data.corpus import SHARED_DATA
+from seq2seq.decoding.flags import refuse_unread
 from seq2seq.errors import UserError
 
 MULTI30K = SHARED_DATA / "multi30k"
@@ -66,13 +67,17 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    args = build_parser(prog).parse_args(argv)
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
     if args.split == "train":  # the training set alone: no test text shapes what training reads
         files, extra = (args.train_src, args.train_tgt), None
     else:
         files, extra = (args.src_file, args.tgt_file), (args.train_src, args.train_tgt)
     out = Path(args.out or default_out(*files))
     try:
+        if args.split == "train":
+            refuse_unread(parser, args, ["src_file", "tgt_file"], "is the test set's: --split train "
+                          "aligns --train-src and --train-tgt alone")  # fmt: skip
         inputs = (*files, *(extra or ()))  # before eflomal's minutes, not after them
         check_writable_file(out, f"--out {out}", inputs)
         links = silver_alignments(*files, extra, args.symmetrize, args.with_possible)

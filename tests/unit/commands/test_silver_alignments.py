@@ -59,3 +59,22 @@ def test_an_out_that_cannot_be_written_is_refused_before_aligning(
         err = capsys.readouterr().err.splitlines()
         assert len(err) == 1 and err[0].startswith(f"error: --out {out}: ") and message in err[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "train.de", "train.en"]
+
+
+@pytest.mark.parametrize("flag", ["--src-file", "--tgt-file"])
+def test_a_test_file_with_split_train_is_refused_before_aligning(
+    split: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, flag: str
+) -> None:
+    def no_alignment(*args: object) -> None:
+        raise AssertionError("eflomal ran on the training set, the test file unread")
+
+    monkeypatch.setattr("seq2seq.alignment.silver.align_both_ways", no_alignment)
+    out = tmp_path / "links.align"
+    argv = [*split, flag, str(tmp_path / "train.de"), "--out", str(out)]
+    assert silver_alignments.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err
+        == f"error: {flag} is the test set's: --split train aligns --train-src and --train-tgt alone"
+    )
+    assert not out.exists()
