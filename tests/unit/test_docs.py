@@ -706,3 +706,31 @@ def test_markdown_files_the_code_names_exist() -> None:
         if name not in pages
     )
     assert missing == [], f"Markdown files named in code that are not in the repository: {missing}"
+
+
+def test_the_cgru_seed_figures_are_its_committed_result() -> None:
+    """study.md's and alignments.md's figures of `cgru`'s scored seed(s) are those runs' result.json
+    rounded, and `bahdanau`'s beside them are the emb512 study's report."""
+    study = " ".join((ROOT / "docs" / "results" / "study.md").read_text("utf-8").split())
+    guide = " ".join((ROOT / "docs" / "guides" / "alignments.md").read_text("utf-8").split())
+    seed1 = json.loads(
+        (ROOT / "docs/study-cgru-de-en/runs/cgru-seed1/result.json").read_text("utf-8")
+    )
+    val = seed1["val_bleu"][seed1["checkpoint_rule"]]
+    assert f"scored {val:.2f} validation BLEU" in study
+    assert (
+        f"on test BLEU {seed1['bleu']:.2f}, chrF {seed1['chrf']:.2f}, AER {seed1['aer']:.4f}"
+        in study
+    )
+    assert (
+        f"`train_hours`, {seed1['train_hours']:.2f}, count {len(seed1['trained'])} sittings"
+        in study
+    )
+    bahdanau = report_of("docs/study-recipe-emb512-de-en")["gru-emb512"]
+    assert (
+        f"reference scores AER {seed1['aer']:.4f} against the silver standard "
+        f"(P {seed1['align_precision']:.4f}, R {seed1['align_recall']:.4f}), where `bahdanau`'s "
+        f"three seeds score {bahdanau['aer']['mean']:.4f} ± {bahdanau['aer']['sd']:.4f}, at test "
+        f"BLEU {seed1['bleu']:.2f} against their {bahdanau['bleu']['mean']:.2f} ± "
+        f"{bahdanau['bleu']['sd']:.2f}"
+    ) in guide
