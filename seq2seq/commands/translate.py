@@ -100,11 +100,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 def translate(args: argparse.Namespace, stdin: IO[bytes], stdout: IO[str]) -> int:
     search = search_config(args)
     from seq2seq.alignment.joined import JoinedTranslator
+    from seq2seq.decoding.evaluate import check_heads, check_reverse
     from seq2seq.decoding.translator import Translator
 
     if args.reverse:  # the other direction's model, as evaluate --reverse asks
         from seq2seq.checkpoint import corpus_of, read_checkpoint
-        from seq2seq.decoding.evaluate import check_reverse
 
         check_reverse(corpus_of(read_checkpoint(args.checkpoint)), args.reverse)
 
@@ -119,8 +119,9 @@ def translate(args: argparse.Namespace, stdin: IO[bytes], stdout: IO[str]) -> in
     )
     device = pick_device(args.device)
     translator = Translator.load(args.checkpoint, device)
-    if args.reverse:
-        reverse = Translator.load(args.reverse, device)
+    reverse = Translator.load(args.reverse, device) if args.reverse else None
+    check_heads(args.align_reading, [(args.checkpoint, translator), (args.reverse, reverse)])
+    if reverse is not None:
         translator = JoinedTranslator(translator, reverse, args.join)
     with open_or(args.input, stdin) as source:
         translate_stream(translator, source, stdout, search, output)

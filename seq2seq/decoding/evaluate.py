@@ -126,12 +126,7 @@ def evaluate(
     if aligning is not None:
         if aligning.reverse is not None:
             reverse = Translator.load(aligning.reverse, device)
-        for path, reader in ((checkpoint, translator), (aligning.reverse, reverse)):
-            if aligning.reading == "foresight" and reader is not None and reader.foresight is None:
-                raise UserError(
-                    f"--align-reading foresight: {path} holds no foresight head "
-                    "(fit one with `seq2seq fit-foresight`)"
-                )
+        check_heads(aligning.reading, [(checkpoint, translator), (aligning.reverse, reverse)])
     sources, references, data = files or read_split(split, corpus)
     if not sources:
         raise UserError(f"no sentences to evaluate in {data}")
@@ -227,6 +222,17 @@ def check_reverse(corpus: dict | None, reverse: str) -> None:
     error = opposite_error(corpus, corpus_of(read_checkpoint(reverse)))
     if error:
         raise UserError(f"--reverse {reverse} {error}")
+
+
+def check_heads(reading: str, readers: list[tuple[str | Path | None, "Translator | None"]]) -> None:
+    """Refuses `--align-reading foresight` when one of the (checkpoint, its Translator or None)
+    holds no foresight head, naming that checkpoint (with --reverse there are two)."""
+    for path, reader in readers:
+        if reading == "foresight" and reader is not None and reader.foresight is None:
+            raise UserError(
+                f"--align-reading foresight: {path} holds no foresight head "
+                "(fit one with `seq2seq fit-foresight`)"
+            )
 
 
 def score_alignments(

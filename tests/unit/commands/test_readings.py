@@ -184,3 +184,21 @@ def test_a_flag_nothing_would_read_is_refused_before_any_work(
                "--align-reading": "attention", "--align-on": "ref"}[flags[-2]]  # fmt: skip
     assert main(["missing.ckpt", *flags[:-1], default]) == 2  # on to the checkpoint, not found
     assert "missing.ckpt" in capsys.readouterr().err
+
+
+def test_translate_names_the_checkpoint_that_holds_no_foresight_head(
+    premove_checkpoint: Path, run_folder: Path, capsys: pytest.CaptureFixture
+) -> None:
+    argv = [str(premove_checkpoint), "--out", "fs.ckpt", "--steps", "2", "--batch-tokens", "200"]
+    assert foresight_command.main(argv) == 0
+    reverse = str(reversed_copy(premove_checkpoint))  # no head: only fs.ckpt has one
+    (run_folder / "in.txt").write_text("Ein hund läuft\n", "utf-8")
+    capsys.readouterr()
+    flags = ["--input", "in.txt", "--alignments", "hard", "--align-reading", "foresight"]
+    for checkpoints, lacking in ((["fs.ckpt", "--reverse", reverse], reverse),
+                                 ([str(premove_checkpoint)], str(premove_checkpoint))):  # fmt: skip
+        assert translate_command.main([*checkpoints, *flags]) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"error: --align-reading foresight: {lacking} holds no foresight head "
+            "(fit one with `seq2seq fit-foresight`)"
+        )
