@@ -62,9 +62,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             raise UserError("nothing to write: give --out FILE.png, --tensorboard DIR or both")
         if args.tensorboard is None:
             refuse_unread(p, args, ["sentences"], "is for --tensorboard's images: give that too")
-        if (
-            args.out is None
-        ):  # the TensorBoard images are their own pairs, teacher-forced and greedy
+        # The TensorBoard images are of their own pairs, teacher-forced and greedy.
+        if args.out is None:
             refuse_unread(p, args, ["index", "beam"], "is for the --out image: give that too")
         if args.sentences < 1:
             raise UserError(f"--sentences {args.sentences}: give 1 or more")

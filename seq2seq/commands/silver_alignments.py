@@ -76,8 +76,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     out = Path(args.out or default_out(*files))
     try:
         if args.split == "train":
-            refuse_unread(parser, args, ["src_file", "tgt_file"], "is the test set's: --split train "
-                          "aligns --train-src and --train-tgt alone")  # fmt: skip
+            why = "is the test set's: --split train aligns --train-src and --train-tgt alone"
+            refuse_unread(parser, args, ["src_file", "tgt_file"], why)
         inputs = (*files, *(extra or ()))  # before eflomal's minutes, not after them
         check_writable_file(out, f"--out {out}", inputs)
         links = silver_alignments(*files, extra, args.symmetrize, args.with_possible)
