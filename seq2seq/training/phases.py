@@ -43,6 +43,7 @@ from seq2seq.training.runs import (
     AtomicCheckpointIO,
     RunFolder,
     check_fits,
+    check_same_model,
     check_same_recipe,
     checkpoint_callbacks,
     read_resumable,
@@ -100,6 +101,8 @@ def plan_run(cfg: TrainConfig) -> Plan:
     flag = f"--log-dir {cfg.log_dir}" if folder.version is None else f"--resume {ckpt_path}"
     check_writable(folder.path, flag)
     checkpoint = read_resumable(ckpt_path) if ckpt_path else None
+    if checkpoint is not None:
+        check_same_model(cfg, checkpoint, ckpt_path)
     # `auto` becomes a Lightning name here (a resumed run keeps its own), so hparams.yaml and the
     # checkpoints say what ran.
     precision = resolve_precision(cfg.accelerator, cfg.precision, checkpoint)

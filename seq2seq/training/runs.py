@@ -23,6 +23,7 @@ from seq2seq.data.datamodule import (
     order_changes,
 )
 from seq2seq.errors import UserError
+from seq2seq.models.build import complete_args, model_args_from
 
 
 def remove_stale_temporaries(folder: str | Path) -> list[Path]:
@@ -198,6 +199,27 @@ def check_fits(system: L.LightningModule, tokenizer: bytes, checkpoint: dict, pa
         raise UserError(
             f"{path}: its weights do not fit the model these flags build ({detail}); "
             "resume with the flags it was trained with"
+        )
+
+
+def check_same_model(cfg: Any, checkpoint: dict, path: Path) -> None:
+    """Refuse to resume `checkpoint` into another model than it holds: `score` dot and scaled, or
+    two layers that read the same weights, fit the same tensors, and the run would go on as what it
+    is not. The recipe's settings whose defaults follow `model` are `check_same_recipe`'s."""
+    theirs = complete_args(checkpoint["model_args"])
+    ours = complete_args(model_args_from(cfg, theirs["vocab_size"]))
+    recipe = per_model_fields(type(cfg))
+    changed = [
+        (name, theirs.get(name), value)
+        for name, value in ours.items()
+        if name not in recipe and theirs.get(name) != value
+    ]
+    if theirs["model"] != ours["model"]:
+        changed = [("model", theirs["model"], ours["model"])]  # not each of its sizes too
+    if changed:
+        raise UserError(
+            f"{changed_message(path, changed)}; resume with the flags it was trained with: these "
+            "build another model"
         )
 
 

@@ -142,7 +142,11 @@ def test_resume_restores_the_saved_state_and_matches_an_uninterrupted_run(
 @pytest.mark.parametrize(
     "change, expected",
     [
-        (("--hidden-size", "64"), "do not fit the model these flags build (model.decoder"),
+        (("--hidden-size", "64"), "trained with --hidden-size 32 (now 64); resume with the flags"),
+        # Weights of the same names and shapes: only the checkpoint's own settings tell them apart.
+        (("--no-tie-embeddings",), "trained with --tie-embeddings True (now False); resume with"),
+        (("--decoder", "cgru"), "trained with --decoder bahdanau (now cgru)"),
+        (("--model", "transformer"), "trained with --model rnn (now transformer); resume with"),
         (("--vocab-size", "90"), "trained with another tokenizer; resume with the same corpus"),
         (
             ("--batch-tokens", "500", "--seed", "2"),
