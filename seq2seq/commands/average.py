@@ -18,10 +18,13 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     args = build_parser(prog).parse_args(argv)
+    notes: list[str] = []
     try:
-        out = average_checkpoints(args.checkpoints, args.out)
+        out = average_checkpoints(args.checkpoints, args.out, notes)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"averaged {len(args.checkpoints)} checkpoints into {out}")
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     return 0

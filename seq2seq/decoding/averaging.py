@@ -8,7 +8,7 @@ The result is a checkpoint like any other for evaluate.py and translate.py (mode
 written atomically. Checkpoints whose model arguments or tokenizer differ are refused: their parameters do not
 live in one space, so their mean means nothing; so is a file given twice (it would count twice) and an
 `out` that is one of them, before any is read. The averaged file carries no optimizer state: it is for
-decoding, not for resuming.
+decoding, not for resuming, and no foresight head (fit one on it).
 """
 
 import os
@@ -23,8 +23,10 @@ KEPT = ("epoch", "global_step", "pytorch-lightning_version", "hyper_parameters",
         "model_args", "tokenizer")  # fmt: skip
 
 
-def average_checkpoints(paths: list[str], out: str | Path) -> Path:
-    """Mean of the floating-point weights of `paths`, saved to `out` with the first one's config."""
+def average_checkpoints(paths: list[str], out: str | Path, notes: list[str] | None = None) -> Path:
+    """Mean of the floating-point weights of `paths`, saved to `out` with the first one's config.
+    What the mean leaves out (a foresight head, fitted to one model's states) is said in `notes`."""
+    from seq2seq.alignment.foresight import CHECKPOINT_KEY
     from seq2seq.checkpoint import atomic_save, read_checkpoint
 
     if len(paths) < 2:
@@ -32,6 +34,7 @@ def average_checkpoints(paths: list[str], out: str | Path) -> Path:
     check_once(paths)
     check_writable_file(out, f"--out {out}", paths)  # before the reading, not after it
     first = read_checkpoint(paths[0])
+    headed = [paths[0]] if CHECKPOINT_KEY in first else []
     groups = tied_groups(first["state_dict"])
     total = {
         name: value.double() if value.is_floating_point() else value
@@ -41,6 +44,7 @@ def average_checkpoints(paths: list[str], out: str | Path) -> Path:
     for path in paths[1:]:
         other = read_checkpoint(path)
         check_same_run(paths[0], first, path, other)
+        headed += [path] if CHECKPOINT_KEY in other else []
         for name in groups:
             value = other["state_dict"][name]
             if value.is_floating_point():
@@ -60,6 +64,12 @@ def average_checkpoints(paths: list[str], out: str | Path) -> Path:
         atomic_save(averaged, out)
     except OSError as err:
         raise UserError(f"--out {out}: cannot write ({err.strerror})") from None
+    if headed and notes is not None:
+        notes.append(
+            f"the foresight head of {', '.join(headed)} is not in {out}: a head reads the states of "
+            f"the model it was fitted on; fit one on the average (seq2seq fit-foresight {out} --out "
+            "CKPT2)"
+        )
     return out
 
 
