@@ -114,8 +114,12 @@ def referenced_runs(
     beam, against the same references as this study's."""
     names, results = [], {}
     for other in others:
-        other_spec = other.load_spec()
         where = f"--with {other.shown}"
+        if other.folder.resolve() == study.folder.resolve():
+            raise UserError(f"{where}: is this study's own folder; name another study's")
+        if not other.spec_path.is_file():
+            raise UserError(f"{where}: no study.json there; name a study's folder")
+        other_spec = other.load_spec()
         if (other_spec.split, other_spec.beam) != (spec.split, spec.beam):
             raise UserError(
                 f"{where}: its runs are scored on {other_spec.split} with beam {other_spec.beam}, "

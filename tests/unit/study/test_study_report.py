@@ -76,7 +76,9 @@ def test_a_report_pairs_its_runs_with_another_studys(tiny_corpus, tmp_path, caps
     write_study(reversed_, tiny_corpus, {"dot": 1}, [1], extra=["--src", "en", "--tgt", "de"])
     for other, message in ((other_beam, "scored on test with beam 4, this study's on test with "
                             "beam 5"), (reversed_, "its references (tiny en->de, test) are not "
-                                        "this study's (tiny de->en, test)")):  # fmt: skip
+                                        "this study's (tiny de->en, test)"),
+                           (tf, "is this study's own folder"),  # it would pair each run with itself
+                           (tmp_path / "nope", "no study.json there; name a study's folder")):  # fmt: skip
         capsys.readouterr()
         assert study_script.main(["report", str(tf), "--with", str(other)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
