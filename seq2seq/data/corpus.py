@@ -16,10 +16,13 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import socket
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pyarrow.parquet as pq
 
@@ -149,17 +152,35 @@ def resolve_corpus(name: str, data_dir: str | None = None) -> CorpusSource:
             return CorpusSource(name, str(folder), folder=folder)
         searched.append(str(folder.absolute()))
     hub_id = HUB_IDS.get(name, name)
+    cache_only = hub_out_of_reach()
     try:
         import datasets  # heavy import, only needed on this path
 
         hub = datasets.load_dataset(*hub_id.split(":", 1))  # "wmt14:de-en" names a config
     except Exception as err:  # offline, unreachable, unknown id: all end the same way for a user
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        hub = f"the Hugging Face hub's cache as {hub_id!r} ({cache_only}: {reason})" if cache_only \
+            else f"the Hugging Face hub as {hub_id!r} ({reason})"  # fmt: skip
         raise UserError(
-            f"corpus {name!r} not found: searched {', '.join(searched)} "
-            f"and the Hugging Face hub as {hub_id!r} ({reason})"
+            f"corpus {name!r} not found: searched {', '.join(searched)} and {hub}"
         ) from None
     return CorpusSource(name, f"hub:{hub_id}", hub=hub)
+
+
+def hub_out_of_reach() -> str | None:
+    """Why the hub cannot be reached (its host does not resolve: no network), else None. Then
+    `datasets` is imported offline and reads its cache alone at once, instead of retrying the hub for
+    half a minute first; an offline setting of the user's is left as it is."""
+    offline = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    if "datasets" in sys.modules or any(v in os.environ for v in offline):
+        return None
+    host = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname or ""
+    try:
+        socket.getaddrinfo(host, 443)
+    except (OSError, UnicodeError):  # socket.gaierror is an OSError
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        return f"{host} does not resolve"
+    return None
 
 
 def corpus_folders(name: str) -> list[Path]:

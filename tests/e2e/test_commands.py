@@ -67,3 +67,38 @@ def test_the_package_needs_no_checkout_a_corpus_is_found_by_name_or_by_the_varia
     probe = "import seq2seq, seq2seq.machine as m; print(seq2seq.__file__, repr(m.git_commit()))"
     where = _run(["-c", probe], work, **env)
     assert where.stdout.split() == [str(site / "seq2seq" / "__init__.py"), "''"]
+
+
+def test_with_no_network_a_corpus_not_found_is_looked_for_in_the_hubs_cache_alone(
+    tmp_path: Path,
+) -> None:
+    # A host that resolves nowhere (RFC 6761): without the check, datasets retries it for ~30 s.
+    environ = {
+        k: v for k, v in os.environ.items() if k not in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
+    }
+    environ |= {
+        "HF_ENDPOINT": "https://hub.invalid",
+        "PYTHONPATH": str(ROOT),
+        "HF_HOME": str(tmp_path),
+    }
+    done = subprocess.run([sys.executable, "-m", "seq2seq", "prepare", "--dataset", "nowhere"],
+                          cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 2
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"error: corpus 'nowhere' not found: searched {tmp_path / 'data' / 'nowhere'}, "
+        )
+    )
+    assert (
+        "and the Hugging Face hub's cache as 'nowhere' (hub.invalid does not resolve: "
+        in done.stderr
+    )
+    assert "thrown while requesting" not in done.stderr  # no retry of the hub was made
+    # An offline setting of the user's stands as it is: no lookup, datasets' own offline answer.
+    offline = subprocess.run([sys.executable, "-m", "seq2seq", "prepare", "--dataset", "nowhere"],
+                             cwd=tmp_path, env={**environ, "HF_HUB_OFFLINE": "1"},
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert offline.returncode == 2
+    assert "and the Hugging Face hub as 'nowhere' (" in offline.stderr
