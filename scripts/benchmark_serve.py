@@ -17,7 +17,6 @@ thread count; the clients only wait on sockets. Every client talks to 127.0.0.1 
 has a deadline. `--quick`: 16 requests a level, memory after 20 and 200 requests.
 """
 
-import gzip
 import http.client
 import importlib.util
 import json
@@ -34,7 +33,7 @@ from typing import Any
 import torch
 
 from seq2seq.atomic import atomic_write_text, check_writable_file
-from seq2seq.cli import Parser
+from seq2seq.cli import Parser, cli_message, count
 from seq2seq.errors import UserError
 
 SERVE = Path(__file__).with_name("serve.py")
@@ -45,12 +44,12 @@ JSON = {"Content-Type": "application/json"}  # the server refuses a POST of any 
 
 
 def read_sentences(path: str, count: int) -> list[str]:
-    """The first `count` non-blank lines of `path` (plain or .gz)."""
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as lines:
-        found = [line.strip() for line in lines if line.strip()]
+    """The first `count` non-blank lines of `path` (plain or .gz), its lines over again if fewer."""
+    from seq2seq.data.corpus import read_lines
+
+    found = [line.strip() for line in read_lines(path) if line.strip()]
     if not found:
-        raise SystemExit(f"error: {path}: no sentences")
+        raise UserError(f"--src-file {path}: no sentences")
     return [found[i % len(found)] for i in range(count)]
 
 
@@ -176,27 +175,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--src-file", required=True, help="source sentences (plain or .gz)")
     parser.add_argument("--quick", action="store_true", help="a short, noisy run of every figure")
     parser.add_argument(
-        "--requests", type=int, default=16 if quick else 400, help="requests a level sends"
+        "--requests", type=count, default=16 if quick else 400, help="requests a level sends"
     )
     parser.add_argument(
-        "--memory-marks", type=int, nargs=2, default=(20, 200) if quick else (100, 10_000),
+        "--memory-marks", type=count, nargs=2, default=(20, 200) if quick else (100, 10_000),
         metavar=("EARLY", "LATE"), help="read the server's RSS after this many requests",
     )  # fmt: skip
     parser.add_argument("--device", default="cpu", help="cpu, cuda, ... for both processes")
     parser.add_argument("--json", metavar="FILE", help="also write the figures here")
     args = parser.parse_args(argv)
-    if args.json:  # refused now, not after the minutes of the run
-        try:
+    if args.memory_marks[0] >= args.memory_marks[1]:
+        parser.error(f"--memory-marks {' '.join(map(str, args.memory_marks))}: EARLY before LATE")
+    from seq2seq.decoding.translator import Translator
+
+    try:  # refused now, not after the minutes of the run
+        if args.json:
             check_writable_file(args.json, f"--json {args.json}")
-        except UserError as err:
-            parser.error(str(err))
-    sentences = read_sentences(args.src_file, max(args.requests, 1000))
+        sentences = read_sentences(args.src_file, max(args.requests, 1000))
+        translator = Translator.load(args.checkpoint, args.device)
+    except UserError as err:
+        print(f"error: {cli_message(err)}", file=sys.stderr)
+        return 2
     jobs = sentences[: args.requests]
     result: dict[str, Any] = {"machine": machine(), "checkpoint": args.checkpoint,
                               "src_file": args.src_file, "ceiling": {}, "server": []}  # fmt: skip
-    from seq2seq.decoding.translator import Translator
-
-    translator = Translator.load(args.checkpoint, args.device)
     with Server(args.checkpoint, args.device) as server:
         load(server.port, 4, jobs[:8], beam=1, alignments=False)  # warm-up
         for beam in BEAMS:

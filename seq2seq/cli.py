@@ -30,6 +30,18 @@ class Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def count(text: str) -> int:
+    """An argparse `type` for a count of things to do (updates, windows, pairs): a whole number >= 1,
+    refused at parsing, not after the minutes of work that come before the first use."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
+    return value
+
+
 # The ranges `option(..., check=...)` knows; a None value (an optional setting left unset) passes.
 CHECKS = {
     "positive": (lambda v: v > 0, "must be positive"),

@@ -28,7 +28,7 @@ import torch
 
 from seq2seq.atomic import atomic_write_text, check_writable_file
 from seq2seq.benchmarks import speed
-from seq2seq.cli import Parser, cli_message
+from seq2seq.cli import Parser, cli_message, count
 from seq2seq.decoding.flags import pick_device
 from seq2seq.errors import UserError
 from seq2seq.machine import cpu_info
@@ -241,14 +241,14 @@ def main(argv: list[str] | None = None) -> int:
     quick = "--quick" in argv
     p = Parser(description=__doc__.split("\n")[0], epilog="Others: train.py's.")
     p.add_argument("--quick", action="store_true", help="short runs: every figure, noisy")
-    p.add_argument("--updates", type=int, default=20 if quick else 200, help="of each train run")
+    p.add_argument("--updates", type=count, default=20 if quick else 200, help="of each train run")
     p.add_argument(
         "--precisions", nargs="+", default=PRECISIONS, metavar="P", help="of the train runs"
     )
     p.add_argument(
         "--force-bf16", action="store_true", help="bf16 on a CPU without native bf16 too"
     )
-    p.add_argument("--every", type=int, help="read RSS every N updates (default: updates / 4)")
+    p.add_argument("--every", type=count, help="read RSS every N updates (default: updates / 4)")
     p.add_argument("--threads", type=int, default=torch.get_num_threads(), help=argparse.SUPPRESS)
     p.add_argument("--device", default="cpu", help="cpu or cuda (train.py: --accelerator gpu)")
     p.add_argument("--json", metavar="FILE", help="also write every figure here")

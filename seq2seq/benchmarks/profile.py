@@ -18,7 +18,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from seq2seq.benchmarks.speed import make_paths
-from seq2seq.cli import Parser
+from seq2seq.cli import Parser, count
 from seq2seq.machine import cpu_line
 from seq2seq.training.config import parse_args
 
@@ -58,8 +58,8 @@ def by_dtype(prof, updates: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     p = Parser(description=__doc__.split("\n")[0], epilog="Others: train.py's.")
     p.add_argument("--paths", nargs="+", default=["fast"], help="benchmark.py's paths profiled")
-    p.add_argument("--updates", type=int, default=4, help="updates profiled, after 4 of warm-up")
-    p.add_argument("--rows", type=int, default=30, help="ops shown")
+    p.add_argument("--updates", type=count, default=4, help="updates profiled, after 4 of warm-up")
+    p.add_argument("--rows", type=count, default=30, help="ops shown")
     args, rest = p.parse_known_args(argv)
     cfg = parse_args(rest)
     _, _, paths = make_paths(cfg, args.paths, torch.device("cpu"))

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from seq2seq.atomic import atomic_write_text, check_writable_file
-from seq2seq.cli import Parser
+from seq2seq.cli import Parser, count
 from seq2seq.data.corpus import resolve_corpus
 from seq2seq.errors import UserError
 from seq2seq.study.process import package_env
@@ -173,10 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--train-child"]:
         return train_child(argv[1:])
     parser = Parser(description=__doc__.split("\n")[0], epilog="Others: train.py's.")
-    parser.add_argument("--pairs", type=int, required=True, help="synthetic training pairs")
+    parser.add_argument("--pairs", type=count, required=True, help="synthetic training pairs")
     parser.add_argument("--work", default="data/benchmark_scale", help="corpus, cache, runs, logs")
     parser.add_argument(
-        "--steps", type=int, default=100,
+        "--steps", type=count, default=100,
         help="training updates per run (a run's peak is the heaviest batch it has drawn)",
     )  # fmt: skip
     parser.add_argument("--no-train", action="store_true", help="measure the preparation only")

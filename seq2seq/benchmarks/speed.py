@@ -40,7 +40,7 @@ from seq2seq.benchmarks.wholerun import (
     time_checkpoint,
     whole_runs,
 )
-from seq2seq.cli import Parser, cli_message
+from seq2seq.cli import Parser, cli_message, count
 from seq2seq.data.batching import collate
 from seq2seq.decoding.flags import pick_device
 from seq2seq.errors import UserError
@@ -344,9 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     quick = "--quick" in (sys.argv[1:] if argv is None else argv)  # it sets the defaults below
     p = Parser(description=__doc__.split("\n")[0], epilog="Others: train.py's.")
     p.add_argument("--quick", action="store_true", help="a short, noisy run of every figure")
-    p.add_argument("--steps", type=int, default=2 if quick else 10, help="fast updates a window")
-    p.add_argument("--windows", type=int, default=3 if quick else 8, help="rounds of windows")
-    p.add_argument("--train-updates", type=int, default=20 if quick else 300, help="then decode")
+    p.add_argument("--steps", type=count, default=2 if quick else 10, help="fast updates a window")
+    p.add_argument("--windows", type=count, default=3 if quick else 8, help="rounds of windows")
+    p.add_argument("--train-updates", type=count, default=20 if quick else 300, help="then decode")
     p.add_argument("--checkpoint", help="decode with this checkpoint instead")
     p.add_argument("--device", default="cpu", help="cpu, cuda, auto (cuda when there is one)")
     p.add_argument("--json", metavar="FILE", help="also write every figure here")
