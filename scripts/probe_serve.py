@@ -33,6 +33,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from seq2seq.atomic import atomic_write_text, check_writable_file
+from seq2seq.cli import Parser
+from seq2seq.errors import UserError
+
 ATTACK = "aA" * 500  # 1,000 characters, about one subword each
 WORD = "Hund"
 TICK = os.sysconf("SC_CLK_TCK")
@@ -178,7 +182,7 @@ def probe(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", help="the GRU checkpoint (the shared one)")
     parser.add_argument("--transformer", required=True, help="a Transformer checkpoint")
     parser.add_argument(
@@ -201,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
         help="an argument for serve.py, as --serve-arg=--max-seconds=60 (repeat)",
     )
     args = parser.parse_args(argv)
+    if args.json:  # refused now, not after the minutes of the probes
+        try:
+            check_writable_file(args.json, f"--json {args.json}")
+        except UserError as err:
+            parser.error(str(err))
     greedy = {"sentences": [ATTACK], "beam": 1}
     cases = [
         ("greedy x1", [("/api/translate", greedy)]),
@@ -217,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     transformer_probe(args, rows)
     print(table(rows, rss))
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, **rss}, indent=1) + "\n")
+        atomic_write_text(args.json, json.dumps({"rows": rows, **rss}, indent=1) + "\n")  # whole
     return 0
 
 
