@@ -61,7 +61,7 @@ class OptimConfig(ModelDefaults):
     )
     min_lr_ratio: float = option(0.1, "the learning rate never falls below lr * this ratio")
     label_smoothing: float = option(0.1, "label smoothing of the cross-entropy", check="fraction")
-    clip_norm: float = option(1.0, "gradient-norm clipping (0: off)")
+    clip_norm: float = option(1.0, "gradient-norm clipping (0: off)", check="non-negative")
     word_dropout: float = option(
         None,
         "while training, replace each source and target-input subword by <unk> with this "
