@@ -43,7 +43,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)"
     )
-    parser.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free)")
+    parser.add_argument("--port", type=port, default=8000, help="port to listen on (0: any free)")
     parser.add_argument(
         "--device", default="auto", help="cpu, cuda, cuda:1, ... (auto: cuda if available)"
     )
@@ -61,6 +61,17 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                         help="uvicorn's log level (info: one line per request)")  # fmt: skip
     return parser
+
+
+def port(text: str) -> int:
+    """An argparse `type`: a TCP port, 0 to 65535 (the socket layer takes 70000 as 4464)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value}: a port is 0 to 65535")
+    return value
 
 
 def model_names(paths: list[str]) -> list[str]:

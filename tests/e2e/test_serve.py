@@ -327,6 +327,17 @@ def test_bad_limits_are_one_line(tiny_checkpoint: Path, capsys: Any) -> None:
     assert capsys.readouterr().err.startswith("error: --max-queue must be at least --max-batch (8)")
 
 
+@pytest.mark.parametrize("port", ["70000", "-1"])
+def test_a_port_out_of_range_is_refused_before_any_checkpoint_is_read(
+    port: str, tmp_path: Path, capsys: Any
+) -> None:
+    # 70000 was taken as 70000 - 65536: the server said it served at port 4464.
+    with pytest.raises(SystemExit) as stop:
+        serve.main([str(tmp_path / "never-read.ckpt"), "--port", port])
+    assert stop.value.code == 2
+    assert f"argument --port: {port}: a port is 0 to 65535" in capsys.readouterr().err
+
+
 def chromium_page(playwright: Any) -> Any:
     """A page in Debian's headless chromium (no browser download: Playwright drives the system's)."""
     chromium = shutil.which("chromium")
