@@ -42,6 +42,8 @@ class SearchConfig:
             raise UserError(
                 f"`nbest` must be between 1 and the beam size {self.beam}, got {self.nbest}"
             )
+        if self.length_penalty < 0:  # as training's --val-length-penalty; 0 is no penalty
+            raise UserError(f"`length_penalty` must be zero or more, got {self.length_penalty}")
         if self.max_len_ratio <= 0:
             raise UserError(f"`max_len_ratio` must be positive, got {self.max_len_ratio}")
         if self.max_len_extra < 0:

@@ -149,6 +149,24 @@ def test_nbest_must_fit_in_the_beam() -> None:
         beam_search(model, src, lens, mask, SearchConfig(beam=2, nbest=3))
 
 
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ({"beam": 0}, "`beam` must be at least 1, got 0"),
+        (
+            {"length_penalty": -1.0},
+            "`length_penalty` must be zero or more, got -1.0",
+        ),  # as training's
+        ({"max_len_ratio": 0.0}, "`max_len_ratio` must be positive, got 0.0"),
+        ({"max_len_extra": -1}, "`max_len_extra` must be zero or more, got -1"),
+    ],
+)
+def test_a_setting_out_of_its_range_is_refused_by_name(setting: dict, message: str) -> None:
+    with pytest.raises(UserError) as refused:
+        SearchConfig(**setting)
+    assert str(refused.value) == message
+
+
 class TwoHeadModel(RNNSeq2Seq):
     """Reports its attention as two identical heads, (B, N, S), like a multi-head model."""
 
