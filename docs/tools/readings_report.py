@@ -42,7 +42,7 @@ from seq2seq.alignment.words import (
 )
 from seq2seq.atomic import atomic_write_text
 from seq2seq.checkpoint import corpus_of, read_checkpoint
-from seq2seq.cli import Parser, use_threads
+from seq2seq.cli import Parser, cli_message, use_threads
 from seq2seq.data.corpus import read_pairs, resolve_corpus
 from seq2seq.decoding.evaluate import check_reverse, read_split
 from seq2seq.decoding.metrics import corpus_bleu
@@ -132,11 +132,22 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def links_of(flag: str, path: str) -> list:
+    """The Pharaoh links of `path`, a UserError naming `flag` (and, for --gold's default, where it
+    is found) when they cannot be read."""
+    try:
+        return read_pharaoh(path)
+    except UserError as err:
+        where = " (the default, under the checkout's root: run from there)" if path == GOLD else ""
+        raise UserError(f"{flag} {err}{where}") from None
+
+
 def report(args: argparse.Namespace, argv: list[str]) -> dict:
     """The report's figures (readings.json); UserError for a bad input, before any translation
     where it can be told."""
     use_threads(args.threads)
-    gold = read_pharaoh(args.gold)  # a bad file fails here, before any translation
+    search = SearchConfig(beam=args.beam)
+    gold = links_of("--gold", args.gold)  # a bad file fails here, before any translation
     checkpoint = read_checkpoint(args.checkpoint)
     corpus = corpus_of(checkpoint)
     translator = Translator.load(args.checkpoint)
@@ -150,12 +161,11 @@ def report(args: argparse.Namespace, argv: list[str]) -> dict:
     if args.reverse is not None:
         check_reverse(corpus, args.reverse)
         reverse = Translator.load(args.reverse)
-    given = read_pharaoh(args.hyp_align) if args.hyp_align else None
+    given = links_of("--hyp-align", args.hyp_align) if args.hyp_align else None
     if given is not None and len(given) != len(sources):
         raise UserError(
             f"--hyp-align {args.hyp_align} has {len(given)} lines for {len(sources)} pairs"
         )
-    search = SearchConfig(beam=args.beam)
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -209,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = report(args, argv)
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {cli_message(err)}", file=sys.stderr)
         return 2
     text = table(result["readings"])
     atomic_write_text(Path(args.out) / "readings.json", json.dumps(result, indent=2) + "\n")

@@ -101,7 +101,9 @@ def test_bad_inputs_are_one_line_before_any_translation(
             f"--gold {short} has 1 lines for 20 pairs",
         (str(setup["fs"]), *gold, "--hyp-align", str(short), "--out", str(out)):
             f"--hyp-align {short} has 1 lines for 20 pairs",
-        (str(setup["fs"]), *gold, "--beam", "0", "--out", str(out)): "`beam` must be at least 1",
+        (str(setup["fs"]), *gold, "--beam", "0", "--out", str(out)): "--beam must be at least 1",
+        (str(setup["fs"]), *gold, "--hyp-align", str(folder / "nope"), "--out", str(out)):
+            f"--hyp-align {folder / 'nope'}: cannot read",
         (str(setup["fs"]), *gold, "--threads", "0", "--out", str(out)): "--threads 0: must be at",
         (str(setup["fs"]), *gold, "--split", "nope", "--out", str(out)): "--split nope: ",
         (str(setup["fs"]), *gold, "--reverse", str(setup["fs"]), "--out", str(out)):
@@ -114,6 +116,13 @@ def test_bad_inputs_are_one_line_before_any_translation(
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and said in err[0] and "--src-file" not in err[0], err
         assert not out.exists()
+    # --gold's default is a path under the checkout's root: run from elsewhere, the line says so.
+    monkeypatch.chdir(folder)
+    assert tool.main([str(setup["fs"]), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: --gold {tool.GOLD}: cannot read (") and err.endswith(
+        "(the default, under the checkout's root: run from there)"
+    )
 
 
 def test_links_made_for_other_translations_are_refused(setup: dict, capsys) -> None:
