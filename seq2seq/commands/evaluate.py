@@ -94,6 +94,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             )
         if args.src_file:
             refuse_unread(parser, args, ["split"], "names a corpus split: --src-file's are read")
+        # the n-best lists are translate's: BLEU and the hypotheses file read the best alone
+        refuse_unread(
+            parser, args, ["nbest"], "is translate's: evaluate scores the best hypothesis"
+        )
         options = eval_options(args)
         data = args.src_file or args.split
         out = Path(args.out or default_out(args.checkpoint, data, options.search.beam))

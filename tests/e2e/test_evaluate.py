@@ -130,6 +130,8 @@ def test_bad_input_files_are_refused_in_one_line(
         f"{ok} --align-ref nope.align": "nope.align",
         "--split test": "--src-file",  # the corpus is hidden
         f"{ok} --split val": "--split names a corpus split: --src-file's are read",
+        # n-best lists were made and thrown away: the hypotheses file holds the best alone
+        f"{ok} --beam 3 --nbest 2": "--nbest is translate's: evaluate scores the best hypothesis",
     }
     for flags, message in cases.items():
         assert evaluate.main([str(tiny_checkpoint), *flags.split()]) == 2
