@@ -47,6 +47,10 @@ CHECKS = {
     "positive": (lambda v: v > 0, "must be positive"),
     "non-negative": (lambda v: v >= 0, "must be zero or more"),
     "fraction": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
+    "seed": (
+        lambda v: 0 <= v < 2**32,
+        "must be 0 to 4294967295 (numpy's seeds, which Lightning sets)",
+    ),
 }
 
 

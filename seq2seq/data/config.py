@@ -67,7 +67,9 @@ class DataConfig(ModelDefaults):
     )
     # The run's seed lives here because the data layer is the lowest one that reads it (the tokenizer's
     # sample, the batch order); training seeds the weights and dropout from the same field.
-    seed: int = option(1, "random seed (weights, batch order, dropout)", tags=(ORDER,))
+    seed: int = option(
+        1, "random seed (weights, batch order, dropout)", check="seed", tags=(ORDER,)
+    )
 
     def check(self) -> None:
         """The checks that tie settings together or look at a file (ranges: `check_fields`)."""

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from seq2seq.cli import CHECKS
 from seq2seq.errors import UserError
 from seq2seq.signals import STOPS
 
@@ -162,6 +163,10 @@ def check_spec(spec: StudySpec) -> None:
         raise UserError("a study needs at least one seed (--seeds 1 2 3)")
     if len(set(spec.seeds)) != len(spec.seeds):
         raise UserError(f"--seeds lists a seed twice: {spec.seeds}")
+    in_range, seeds_are = CHECKS["seed"]  # train's --seed: refused now, not at the run's start
+    for seed in spec.seeds:
+        if not in_range(seed):
+            raise UserError(f"--seeds {seed}: {seeds_are}")
     if spec.beam <= 0:
         raise UserError(f"--beam must be positive, got {spec.beam}")
     if spec.split == CHOICE_SPLIT:

@@ -10,6 +10,7 @@ def test_bad_specs_are_refused_in_one_line_before_any_training(tmp_path, capsys)
     folder = tmp_path / "study"
     cases = [
         (["--variant", "a", "--score additive", "--seeds", "1", "1"], "--seeds lists a seed twice"),
+        (["--variant", "a", "--score dot", "--seeds", "1", "-1"], "--seeds -1: must be 0 to "),
         (["--variant", "a", "--score addtive", "--seeds", "1"], "variant a: train.py refuses"),
         (["--variant", "a", "--seed 3", "--seeds", "1"], "--seed is set by the study itself"),
         (["--variant", "a/b", "--score dot", "--seeds", "1"], "variant name 'a/b'"),
