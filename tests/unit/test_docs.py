@@ -734,3 +734,18 @@ def test_the_cgru_seed_figures_are_its_committed_result() -> None:
         f"BLEU {seed1['bleu']:.2f} against their {bahdanau['bleu']['mean']:.2f} ± "
         f"{bahdanau['bleu']['sd']:.2f}"
     ) in guide
+    # The README's line: seed 1 against bahdanau's seed 1, and their paired bootstrap p (one row
+    # while seed 1 alone is scored; with seeds 2-3 the line and this check change).
+    readme = " ".join((ROOT / "README.md").read_text("utf-8").split())
+    other = json.loads(
+        (ROOT / "docs/study-recipe-emb512-de-en/runs/gru-emb512-seed1/result.json").read_text(
+            "utf-8"
+        )
+    )
+    [pair] = json.loads((ROOT / "docs/study-cgru-de-en/report.json").read_text("utf-8"))[
+        "significance"
+    ]
+    assert (
+        f"on seed 1 of the default recipe AER {seed1['aer']:.4f} against {other['aer']:.4f}, BLEU "
+        f"{seed1['bleu']:.2f} against {other['bleu']:.2f} (p {pair['p_bs']:.2f}: not told apart;"
+    ) in readme

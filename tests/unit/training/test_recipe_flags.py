@@ -47,7 +47,11 @@ def test_word_dropout_replaces_about_p_of_the_real_subwords_by_unk_and_nothing_e
         ("--keep-last", "-1", "--keep-last must be zero or more"),
         ("--val-length-penalty", "-0.5", "--val-length-penalty must be zero or more"),
         ("--clip-norm", "-1", "--clip-norm must be zero or more"),  # it turned clipping off unsaid
-        ("--seed", "-1", "--seed must be 0 to 4294967295"),  # a traceback after the data's preparation
+        (
+            "--seed",
+            "-1",
+            "--seed must be 0 to 4294967295",
+        ),  # a traceback after the data's preparation
     ],
 )
 def test_bad_recipe_flags_are_refused_by_name(flag, value, message):
