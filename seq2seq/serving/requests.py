@@ -303,7 +303,7 @@ def _sentences(body: dict[str, Any], name: str, limits: Limits) -> tuple[list[st
     warnings = []
     for i, text in enumerate(value):
         if not text.strip():
-            raise RequestError(422, f"{name}[{i}] is blank: there is nothing to translate")
+            raise RequestError(422, f"{name}[{i}] is blank: give a sentence")
         if len(text) > limits.max_chars:
             warnings.append(
                 f"{name}[{i}]: {len(text)} characters and the server reads {limits.max_chars}: cut"
