@@ -167,6 +167,7 @@ def report(args: argparse.Namespace, argv: list[str]) -> dict:
             f"--hyp-align {args.hyp_align} has {len(given)} lines for {len(sources)} pairs"
         )
     out = Path(args.out)
+    made = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -179,12 +180,16 @@ def report(args: argparse.Namespace, argv: list[str]) -> dict:
     hyps = [t.text for t in own["attention"]]
     if [t.text for t in own["foresight"]] != hyps:  # a reading never changes the search
         raise RuntimeError("the foresight reading's search found other translations")
-    hyp_file = out / f"{args.split}.hyp"
-    atomic_write_text(hyp_file, "".join(h + "\n" for h in hyps))
     if given is not None:  # links made for other translations point past their words
         lines = Path(args.hyp_align).read_text("utf-8").splitlines()
-        check_bounds(lines, sources, hyps, f"--hyp-align {args.hyp_align}")
-    else:
+        try:
+            check_bounds(lines, sources, hyps, f"--hyp-align {args.hyp_align}")
+        except UserError:
+            if made:  # a refused report leaves no folder behind
+                out.rmdir()
+            raise
+    atomic_write_text(out / f"{args.split}.hyp", "".join(h + "\n" for h in hyps))
+    if given is None:
         silver_of_own(corpus, sources, hyps, out / f"{args.split}.hyp.align")
         given = read_pharaoh(out / f"{args.split}.hyp.align")
     for reading in READINGS:
