@@ -123,6 +123,15 @@ class TruncatedInput(UserWarning):
         self.index, self.detail = index, detail
 
 
+def sentence_list(name: str, value: Any) -> list[str]:
+    """`value`, a list of sentences; one str, which would be read as a list of characters, is refused."""
+    if isinstance(value, str):
+        raise TypeError(
+            f"`{name}` is a list of sentences: give [{value[:40]!r}], not the str alone"
+        )
+    return list(value)
+
+
 class Translator:
     """Translate with `model` and `tokenizer` on `device` (the model is moved there, in eval mode);
     `foresight`: the model's foresight head, which the "foresight" reading needs; `corpus`: what the
@@ -172,6 +181,7 @@ class Translator:
         raises ends the call (a server's deadline).
         """
         self._check_reading(reading)
+        sentences = sentence_list("sentences", sentences)
         search = replace(search or SearchConfig(), **settings)
         encoded = [self.tokenizer.encode_with_spans(line) for line in sentences]
         kept = [i for i, line in enumerate(sentences) if line.strip()]
@@ -212,6 +222,7 @@ class Translator:
         log p(target | source) with EOS, the attention of `reading` (the module docstring), and the
         word alignments. `check` is called before each batch is read; what it raises ends the call."""
         self._check_reading(reading)
+        sources, targets = sentence_list("sources", sources), sentence_list("targets", targets)
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
         src, tgt = ([self.tokenizer.encode_with_spans(x) for x in xs] for xs in (sources, targets))

@@ -116,6 +116,20 @@ def test_translations_carry_the_attention_of_the_chosen_hypotheses(checkpoint: P
         assert as_json == [list(link) for link in best.nbest[2].word_alignment]
 
 
+def test_one_str_is_refused_where_a_list_of_sentences_is_asked_for(checkpoint: Path) -> None:
+    translator = Translator.load(checkpoint)
+    # A str is iterable: it was translated as one sentence per character.
+    with pytest.raises(
+        TypeError, match=r"^`sentences` is a list of sentences: give \['ein Hund'\]"
+    ):
+        translator.translate("ein Hund")
+    with pytest.raises(TypeError, match=r"^`targets` is a list of sentences"):
+        translator.align(["ein Hund"], "a dog")
+    assert [r.text for r in translator.translate(("ein Hund",))] == [
+        r.text for r in translator.translate(["ein Hund"])
+    ]  # any sequence of str is a list of sentences
+
+
 def test_translate_writes_nbest_and_alignments(checkpoint: Path, tmp_path: Path, capsys) -> None:
     lines = ["Ein hund läuft", "", "Der mann sieht ein kind"]
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
