@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seq2seq.cli import CHECKS
 from seq2seq.data.batching import TokenBudgetBatchSampler, collate
 from seq2seq.errors import UserError
 from seq2seq.models.foresight import (
@@ -50,6 +51,9 @@ class FitSettings:
                 raise UserError(f"{flag} {value}: must be at least 1")
         if not self.lr > 0:
             raise UserError(f"--lr {self.lr}: must be positive")
+        in_range, seeds_are = CHECKS["seed"]  # as train's --seed
+        if not in_range(self.seed):
+            raise UserError(f"--seed {self.seed}: {seeds_are}")
 
 
 @dataclass(frozen=True)

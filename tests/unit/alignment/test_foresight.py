@@ -85,6 +85,8 @@ def test_bad_settings_and_a_transformer_are_refused() -> None:
         fit_foresight(model, iter(()), FitSettings(steps=0))
     with pytest.raises(UserError, match="--lr -1.0: must be positive"):
         fit_foresight(model, iter(()), FitSettings(lr=-1.0))
+    with pytest.raises(UserError, match="--seed -1: must be 0 to 4294967295"):  # as train's
+        fit_foresight(model, iter(()), FitSettings(seed=-1))
     args = {"model": "transformer", "vocab_size": 24, "d_model": 8, "heads": 2, "layers": 1,
             "ff_size": 16, "dropout": 0.0}  # fmt: skip
     with pytest.raises(UserError, match="GRU decoder"):
