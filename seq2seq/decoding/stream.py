@@ -43,6 +43,8 @@ def translate_stream(
     """Translate the lines of `source` (bytes, UTF-8) into `out`, a chunk at a time; from a terminal,
     each line as soon as it is typed."""
     chunk = 1 if source.isatty() else CHUNK
+    if source.isatty():  # a person typing: say how it goes, and that it waits for them
+        print("one sentence a line, each translated when typed; Ctrl-D ends", file=sys.stderr)
     for first, lines in read_chunks(source, chunk):
         written = translate_chunk(translator, search, output, first, lines)
         out.write("".join(line + "\n" for line in written))

@@ -48,3 +48,38 @@ def test_translate_keeps_lines_cuts_long_ones_and_plots_the_apis_attention(
     with pytest.warns(TruncatedInput, match="sentence 1: the target"):
         [result] = Translator.load(checkpoint).align(["Ein hund"], [long])
     assert result.word_attention.shape == (len(long.split()), 2)  # cut words align to nothing
+
+
+def test_from_a_terminal_each_line_is_translated_when_typed(tiny_checkpoint: Path) -> None:
+    """A person typing at `seq2seq translate CKPT` is told how it goes, and gets each translation
+    before typing the next line (a pipe is read in chunks of 1,000 lines)."""
+    import os
+    import pty
+    import select
+    import subprocess
+
+    from tests.conftest import ROOT
+
+    typed, terminal = pty.openpty()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, "-m", "seq2seq", "translate", str(tiny_checkpoint),
+                                "--beam", "1"], stdin=terminal, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, env=env)  # fmt: skip
+    os.close(terminal)
+    try:
+        os.write(typed, "ein Hund läuft\n".encode())
+        ready, _, _ = select.select([process.stdout], [], [], 120)
+        assert ready, "no translation came before the end of the input"
+        line = process.stdout.readline().decode()
+        assert process.poll() is None  # still waiting for the next line: the input has not ended
+        expected = Translator.load(tiny_checkpoint).translate(["ein Hund läuft"], beam=1)[0].text
+        assert line == expected + "\n"
+        os.write(typed, b"\x04")  # Ctrl-D: the end of the input
+        assert process.wait(timeout=60) == 0
+        assert "one sentence a line, each translated when typed; Ctrl-D ends" in (
+            process.stderr.read().decode()
+        )
+    finally:
+        os.close(typed)
+        if process.poll() is None:
+            process.kill()
