@@ -95,7 +95,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     score.add_argument("variant", metavar="VARIANT")
     score.add_argument("seed", metavar="SEED", type=int)
     study_folder(
-        commands.add_parser("status", help="each run's state, with its saved update or BLEU")
+        commands.add_parser(
+            "status", help="each run's state, with its saved update or BLEU, and who runs it now"
+        )
     )
     report = commands.add_parser("report", help="rebuild the report")
     study_folder(report)

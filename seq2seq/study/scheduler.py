@@ -213,8 +213,26 @@ def print_commands(
 def print_status(study: Study) -> int:
     spec = study.load_spec()
     for run in spec.runs():
-        print(f"{run.name:<24} {study.state(run):<8} {study.progress(run)}".rstrip())
+        print(
+            f"{run.name:<24} {study.state(run):<8} {study.progress(run)}{busy(study, run)}".rstrip()
+        )
     return 0
+
+
+def busy(study: Study, run: Run) -> str:
+    """Who works on `run` now, as its lock says: a live process here, or one on another host whose
+    life cannot be seen from here; "" when none (a lock a killed process left is no one's)."""
+    from seq2seq.data.cachelock import holder
+
+    owner = holder(study.lock_path(run))
+    alive = None if owner is None else owner.alive()
+    if owner is None or alive is False:
+        return ""
+    return (
+        f"; running now (pid {owner.pid})"
+        if alive
+        else f"; held by pid {owner.pid} on {owner.host}"
+    )
 
 
 def write_report(study: Study, others: list[Study] | None = None) -> int:

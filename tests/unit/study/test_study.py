@@ -2,6 +2,8 @@
 status, and the report's table of commits (a tiny study trained, killed with SIGKILL, resumed and
 reported: tests/e2e/test_study.py)."""
 
+import os
+
 from seq2seq.commands import study as study_script
 from seq2seq.study.layout import Study
 
@@ -55,6 +57,20 @@ def test_a_saved_study_refuses_another_spec_and_lists_its_commands(tmp_path, cap
     assert study_script.main(["status", str(folder), "--work-dir", str(work)]) == 0
     assert capsys.readouterr().out.split() == ["a-seed1", "new", "d-seed1", "new", "a-seed2",
                                                "new", "d-seed2", "new"]  # fmt: skip
+    # A run's lock says who works on it: a live process here, one on another host, or a dead one.
+    from seq2seq.data.owners import Owner
+
+    locks = work / "locks"
+    locks.mkdir(parents=True)
+    (locks / "a-seed1.lock").write_text(Owner.me().tag)
+    (locks / "d-seed1.lock").write_text("elsewhere~4242~7~")
+    dead = Owner(Owner.me().host, 2**22 + 1, 1, Owner.me().space)  # past Linux's highest pid
+    (locks / "a-seed2.lock").write_text(dead.tag)
+    assert study_script.main(["status", str(folder), "--work-dir", str(work)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith(f"new      ; running now (pid {os.getpid()})")
+    assert lines[1].endswith("new      ; held by pid 4242 on elsewhere")
+    assert lines[2].split() == ["a-seed2", "new"] and lines[3].split() == ["d-seed2", "new"]
 
 
 def test_report_lists_a_runs_commits_in_sitting_order_and_explains_all_only_when_shown():
