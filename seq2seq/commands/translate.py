@@ -2,9 +2,10 @@
 `python scripts/translate.py ...`); the procedure is seq2seq.decoding.stream.translate_stream.
 
 Reads stdin, or `--input FILE` (plain or .gz): from a terminal, each line is translated as it is typed
-(Ctrl-D ends). One line out per line in, in order; a blank line in gives a blank line out. Bytes that are not UTF-8 are replaced (U+FFFD) with a warning on stderr naming the
-line; so is a line too long for the model, which is cut to fit. `--plot-dir DIR` writes the attention
-of each translation, as the search chose it, to DIR/<line>.png (source subwords on x, output on y).
+(Ctrl-D ends). One line out per line in, in order; a blank line in gives a blank line out. Bytes that
+are not UTF-8 are replaced (U+FFFD) with a warning on stderr naming the line; so is a line too long for
+the model, which is cut to fit. `--plot-dir DIR` writes the attention of each translation, as the
+search chose it, to DIR/<line>.png (source subwords on x, output on y).
 The output formats are described in OUTPUT below (and `--help`).
 
 `--align-reading foresight` reads the alignments from the checkpoint's foresight head (`seq2seq

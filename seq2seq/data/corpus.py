@@ -159,10 +159,11 @@ def resolve_corpus(name: str, data_dir: str | None = None) -> CorpusSource:
         hub = datasets.load_dataset(*hub_id.split(":", 1))  # "wmt14:de-en" names a config
     except Exception as err:  # offline, unreachable, unknown id: all end the same way for a user
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        hub = f"the Hugging Face hub's cache as {hub_id!r} ({cache_only}: {reason})" if cache_only \
-            else f"the Hugging Face hub as {hub_id!r} ({reason})"  # fmt: skip
+        where = "the Hugging Face hub's cache" if cache_only else "the Hugging Face hub"
+        why = f"{cache_only}: {reason}" if cache_only else reason
         raise UserError(
-            f"corpus {name!r} not found: searched {', '.join(searched)} and {hub}"
+            f"corpus {name!r} not found: searched {', '.join(searched)} and {where} as {hub_id!r} "
+            f"({why})"
         ) from None
     return CorpusSource(name, f"hub:{hub_id}", hub=hub)
 
