@@ -180,16 +180,14 @@ class Translator:
         `reading` says (the module docstring). `check` is called before every search step; what it
         raises ends the call (a server's deadline).
         """
-        self._check_reading(reading)
+        self._check_reading(reading, return_alignments)
         sentences = sentence_list("sentences", sentences)
         search = replace(search or SearchConfig(), **settings)
         encoded = [self.tokenizer.encode_with_spans(line) for line in sentences]
         kept = [i for i, line in enumerate(sentences) if line.strip()]
         src_ids = self._fit([encoded[i][0] for i in kept], kept, "source")
         found = self.search(src_ids, search, batch_tokens, batch_size, check)
-        if not return_alignments:
-            reading = "attention"  # nothing read again: the attention is the search's
-        elif reading != "attention":  # each hypothesis read again, teacher-forced
+        if reading != "attention":  # each hypothesis read again, teacher-forced
             found = self._read_hypotheses(src_ids, found, reading, batch_tokens, batch_size, check)
         words = direction if return_alignments else None
         results: dict[int, Translation] = {}
@@ -289,10 +287,14 @@ class Translator:
                 found[i] = hyps.nbest[b] if hyps.nbest is not None else one  # greedy: no list
         return found
 
-    def _check_reading(self, reading: str) -> None:
-        """Refuses a reading this Translator cannot give, before any work."""
+    def _check_reading(self, reading: str, alignments: bool = True) -> None:
+        """Refuses a reading this Translator cannot give, or one with no alignments to read."""
         if reading not in READINGS:
             raise ValueError(f"reading must be one of {', '.join(READINGS)}, got {reading!r}")
+        if reading != "attention" and not alignments:
+            raise ValueError(
+                f"reading={reading!r} reads the alignments: pass return_alignments=True"
+            )
         if reading == "foresight" and self.foresight is None:
             raise UserError(
                 "the checkpoint holds no foresight head: fit one with `seq2seq fit-foresight CKPT`"

@@ -111,8 +111,8 @@ def test_the_foresight_reading_of_a_translation_reads_the_chosen_hypotheses(
         for ids, hyp in zip(hyps.tokens, mine.nbest, strict=True):
             assert hyp.reading == "foresight"
             torch.testing.assert_close(hyp.attention, head_reading(translator, src, list(ids)))
-    [no_links] = translator.translate(SOURCES[:1], reading="foresight")  # nothing read again
-    assert no_links.reading == "attention" and no_links.word_alignment is None
+    with pytest.raises(ValueError, match="reads the alignments: pass return_alignments=True"):
+        translator.translate(SOURCES[:1], reading="foresight")  # nothing it would read
 
 
 def test_two_real_translators_joined_give_the_symmetrised_links(premove_checkpoint: Path) -> None:
