@@ -120,6 +120,10 @@ def spec_from(args: argparse.Namespace) -> StudySpec | None:
         return StudySpec.from_dict(data, args.config, Path.cwd())
     if not args.variant and not args.seeds:
         return None
+    names = [name for name, _ in args.variant or []]
+    for name in names:
+        if names.count(name) > 1:
+            raise UserError(f"--variant {name} is given twice: name each variant once")
     return StudySpec.from_dict(
         {
             "variants": dict(args.variant or []),

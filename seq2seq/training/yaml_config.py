@@ -3,8 +3,9 @@ against the dataclass's annotations before anything else runs, each error naming
 
 Argparse checks the types of flags; YAML values skip argparse, so without this a `devices: 2` (an int
 where the dataclass says str) or `lr: fast` surfaced as a traceback minutes later, after preparation.
-Dashes and underscores are interchangeable in keys. A whole number is accepted where a float or a
-string is expected (`lr: 1`, `devices: 2`), nothing else is converted.
+Dashes and underscores are interchangeable in keys; a key given twice is refused (YAML would keep the
+last without a word). A whole number is accepted where a float or a string is expected (`lr: 1`,
+`devices: 2`), nothing else is converted.
 """
 
 from __future__ import annotations
@@ -50,7 +51,34 @@ def load_yaml(path: str, flag: str = "--config") -> tuple[Any, Any]:
         raise UserError(f"{flag} {path}: cannot read it ({err.strerror})") from None
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise UserError(f"{flag} {path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    refuse_repeated_keys(node, f"{flag} {path}")
     return node, yaml.load(text, Loader=Loader)
+
+
+def refuse_repeated_keys(root: yaml.Node | None, where: str) -> None:
+    """A UserError for a key given twice in one mapping, anywhere in the tree: YAML loaders keep
+    the last and drop the first without a word. In the top mapping, whose keys name flags, dashes
+    and underscores count as one (`max-epochs`, `max_epochs`), as they do when the keys are read."""
+    stack, seen = [(root, True)], set()
+    while stack:
+        node, top = stack.pop()
+        if node is None or id(node) in seen:  # an alias may point back up the tree
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            lines: dict[str, int] = {}
+            for key, value in node.value:
+                name, line = str(key.value), key.start_mark.line + 1
+                name = name.replace("-", "_") if top else name
+                if isinstance(key, yaml.ScalarNode) and name in lines:
+                    raise UserError(
+                        f"{where} line {line}: {key.value!r} is given twice (line {lines[name]} "
+                        "too); keep one"
+                    )
+                lines[name] = line
+                stack.append((value, False))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, False) for item in node.value)
 
 
 def read_yaml(path: str, schema: type) -> dict[str, Any]:

@@ -182,6 +182,10 @@ def bad_yaml(tmp: Path, request: pytest.FixtureRequest) -> None:
     Path("run.yaml").write_text("seed: 3\nlr: fast\n")
 
 
+def twice_yaml(tmp: Path, request: pytest.FixtureRequest) -> None:
+    Path("run.yaml").write_text("lr: 0.01\nseed: 3\nlr: 0.5\n")
+
+
 def no_gpu(tmp: Path, request: pytest.FixtureRequest) -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
@@ -242,6 +246,7 @@ REFUSALS: dict[str, Setup] = {
     "resume with another recipe": trained,
     "resume on edited training pairs": trained_then_edited,
     "a YAML value of the wrong type": bad_yaml,
+    "a YAML key given twice": twice_yaml,
     "a learning-rate floor below zero": flags_only,
     "precision typo": flags_only,
     "strategy typo": flags_only,

@@ -10,12 +10,19 @@ from seq2seq.study.layout import Study
 
 def test_bad_specs_are_refused_in_one_line_before_any_training(tmp_path, capsys):
     folder = tmp_path / "study"
+    twice = tmp_path / "twice.yaml"  # YAML keeps the last of two keys and drops the first unsaid
+    twice.write_text("variants:\n  a: --score dot\n  a: --score additive\nseeds: [1]\n")
     cases = [
         (["--variant", "a", "--score additive", "--seeds", "1", "1"], "--seeds lists a seed twice"),
         (["--variant", "a", "--score dot", "--seeds", "1", "-1"], "--seeds -1: must be 0 to "),
         (["--variant", "a", "--score addtive", "--seeds", "1"], "variant a: train.py refuses"),
         (["--variant", "a", "--seed 3", "--seeds", "1"], "--seed is set by the study itself"),
         (["--variant", "a/b", "--score dot", "--seeds", "1"], "variant name 'a/b'"),
+        (
+            ["--variant", "a", "--score dot", "--variant", "a", "--score additive", "--seeds", "1"],
+            "--variant a is given twice",
+        ),
+        (["--config", str(twice)], f"--config {twice} line 3: 'a' is given twice (line 2 too)"),
         (["--seeds", "1"], "at least one variant"),
         (["--variant", "a", "--score dot", "--seeds", "1", "--threads", "0"], "--threads must be"),
         (

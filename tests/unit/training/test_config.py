@@ -181,6 +181,11 @@ def test_bad_choice_in_yaml_names_the_flag(tmp_path) -> None:
         ("max_len: yes\n", "line 1: max_len must be a whole number, got True"),
         ("src: [de, fr]\n", "line 1: src must be a string, got ['de', 'fr']"),
         ("seed:\n", "line 1: seed needs a value"),
+        ("lr: 0.01\nseed: 3\nlr: 0.5\n", "line 3: 'lr' is given twice (line 1 too); keep one"),
+        (
+            "max-epochs: 2\nmax_epochs: 5\n",
+            "line 2: 'max_epochs' is given twice (line 1 too); keep one",
+        ),
     ],
 )
 def test_yaml_values_are_checked_against_the_fields_types(tmp_path, text, message) -> None:
