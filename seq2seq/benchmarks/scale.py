@@ -12,7 +12,8 @@ Memory is the peak resident set: of the largest single process (the kernel's, vi
 the whole process tree (the sum of its processes' PSS, which counts shared pages once, sampled
 every 0.2 s); "RSS at its start" is a training run's when its first batch has not yet been drawn
 (data and model). "first update" is seconds from the child's start to the end of its first update.
-The extra flags (train.py's) go to every child, e.g. --spm-sample, --prepare-workers. `--json`
+The extra flags (train.py's) go to every child, e.g. --spm-sample, --prepare-workers; they are
+checked before anything is written, and those it sets itself (OWN_FLAGS) are refused. `--json`
 also writes the figures (scripts/plot_benchmarks.py draws memory against corpus size from several).
 """
 
@@ -33,6 +34,7 @@ from seq2seq.cli import Parser, count
 from seq2seq.data.corpus import resolve_corpus
 from seq2seq.errors import UserError
 from seq2seq.study.process import package_env
+from seq2seq.training.config import parse_args
 
 FIRST = "benchmark_scale: first update at "
 STARTED = "benchmark_scale: MB resident when training starts "
@@ -154,6 +156,11 @@ def train_child(argv: list[str]) -> int:
     return train.main(argv)
 
 
+# The train.py flags each child is given here; the user's extra flags may not set them.
+OWN_FLAGS = ("--data-dir", "--dataset", "--cache-dir", "--max-steps", "--log-dir", "--run-name",
+             "--accelerator", "--devices")  # fmt: skip
+
+
 def measure_training(name: str, flags: list[str], work: Path, steps: int) -> dict:
     run_flags = [*flags, "--max-steps", str(steps), "--log-dir", str(work / "runs")]
     run_flags += ["--run-name", name, "--accelerator", "cpu", "--devices", "1"]
@@ -182,6 +189,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-train", action="store_true", help="measure the preparation only")
     parser.add_argument("--json", metavar="FILE", help="also write the figures here")
     args, rest = parser.parse_known_args(argv)
+    # train.py's flags are checked now, not after the corpus is written and a child refuses them.
+    for word in rest:
+        if word.split("=")[0] in OWN_FLAGS:
+            parser.error(f"{word.split('=')[0]} is set by this benchmark itself")
+    try:
+        parse_args(rest)
+    except UserError as err:
+        parser.error(str(err))
     if args.json:  # refused now, not after the minutes of the runs
         try:
             check_writable_file(args.json, f"--json {args.json}")

@@ -1,5 +1,6 @@
-"""The benchmarks refuse a count below one and a checkpoint or sentence file they cannot use in one
-line, before any of their minutes of work (a count of 0 used to start the run it then broke)."""
+"""The benchmarks refuse a count below one, train.py flags that are wrong or that they set themselves,
+and a checkpoint or sentence file they cannot use in one line, before any of their minutes of work
+(a count of 0 used to start the run it then broke)."""
 
 import importlib.util
 from pathlib import Path
@@ -40,6 +41,30 @@ def test_a_count_below_one_is_refused_as_the_flags_are_read(main, argv, message,
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--scroe", "additive"], "unrecognized arguments: --scroe additive"),
+        (["--lr", "fast"], "argument --lr: invalid float value: 'fast'"),
+        (["--min-lr-ratio", "-1"], "--min-lr-ratio must be in [0, 1], got -1.0"),
+        (["--data-dir", "mine"], "--data-dir is set by this benchmark itself"),
+        (["--max-steps=5"], "--max-steps is set by this benchmark itself"),
+    ],
+)
+def test_the_scale_benchmark_checks_train_flags_before_writing_its_corpus(
+    extra: list[str], message: str, tmp_path: Path, capsys
+) -> None:
+    """train.py's flags it passes on were read only by its children, after a corpus of --pairs
+    pairs was written and prepared."""
+    work = tmp_path / "work"
+    with pytest.raises(SystemExit) as stop:
+        scale.main(["--pairs", "1000", "--work", str(work), "--no-train", *extra])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not work.exists()  # no corpus written
 
 
 def test_the_serving_benchmark_names_what_it_cannot_use(tmp_path: Path, capsys) -> None:
