@@ -13,6 +13,8 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from seq2seq.cli import Parser
+
 
 def graph(root: Path) -> tuple[dict[str, Path], dict[str, set[str]]]:
     """The modules of `root`'s seq2seq package by dotted name, and what each imports of them."""
@@ -33,9 +35,17 @@ def graph(root: Path) -> tuple[dict[str, Path], dict[str, set[str]]]:
     return modules, edges
 
 
-def main(argv: list[str]) -> int:
-    root = Path(argv[0] if argv else Path(__file__).resolve().parents[2])
+def main(argv: list[str] | None = None) -> int:
+    parser = Parser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "checkout", nargs="?", default=str(Path(__file__).resolve().parents[2]),
+        help="a checkout of this repository (default: this one)",
+    )  # fmt: skip
+    args = parser.parse_args(argv)
+    root = Path(args.checkout)
     modules, edges = graph(root)
+    if not modules:
+        parser.error(f"{args.checkout}: no seq2seq package there (seq2seq/*.py)")
 
     @functools.cache
     def depth(module: str) -> int:
@@ -50,4 +60,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

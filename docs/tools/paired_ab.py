@@ -13,6 +13,7 @@ runs a second apart see the same machine, so the pairs resolve differences that 
 noisy shared machine do not.
 """
 
+import argparse
 import importlib
 import statistics
 import subprocess
@@ -23,6 +24,7 @@ import types
 import torch
 
 from seq2seq.benchmarks.speed import make_paths
+from seq2seq.cli import Parser, count
 from seq2seq.training.config import parse_args
 
 
@@ -53,15 +55,32 @@ def old_attribute(rev: str, spec: str) -> tuple[object, str, object, object]:
     return owner, attr, get(old_owner), get(owner)
 
 
-def main(argv: list[str]) -> int:
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """This tool's flags, and train.py's after `--`."""
     ours, flags = (
         (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     )
-    path_name = "fast"
-    if "--path" in ours:
-        at = ours.index("--path")
-        path_name, ours = ours[at + 1], ours[:at] + ours[at + 2 :]
-    count, rev, specs = int(ours[0]), ours[1], ours[2:]
+    parser = Parser(description=__doc__.split("\n")[0], epilog="After --: train.py's flags.")
+    parser.add_argument("count", type=count, metavar="N", help="training batches, each run A and B")
+    parser.add_argument("rev", metavar="REV", help="the commit whose code is A")
+    parser.add_argument(
+        "specs", nargs="+", metavar="SPEC",
+        help="path/to/module.py:Class.attr, an attribute taken at REV; path/to/dep.py, a module "
+        "whose source at REV the old attributes import",
+    )  # fmt: skip
+    parser.add_argument("--path", default="fast", help="scripts/benchmark.py's path that is timed")
+    args = parser.parse_args(ours)
+    try:
+        subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{args.rev}^{{commit}}"],
+                       capture_output=True, check=True)  # fmt: skip
+    except subprocess.CalledProcessError:
+        parser.error(f"REV {args.rev}: not a commit of this repository")
+    return args, flags
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, flags = parse(sys.argv[1:] if argv is None else argv)
+    path_name, batches, rev, specs = args.path, args.count, args.rev, args.specs
     deps = {s.removesuffix(".py").replace("/", "."): s for s in specs if ":" not in s}
     for spec in specs:  # today's modules first, importing today's
         importlib.import_module(spec.split(":")[0].removesuffix(".py").replace("/", "."))
@@ -81,7 +100,7 @@ def main(argv: list[str]) -> int:
         for batch, _, _ in fast.all[-3:]:
             fast.step(batch)
     times: dict[str, list[float]] = {"A": [], "B": []}
-    for i in range(count):
+    for i in range(batches):
         batch = fast.all[i][0]
         for side in "AB" if i % 2 == 0 else "BA":
             use(side)
@@ -91,11 +110,11 @@ def main(argv: list[str]) -> int:
     ratios = [a / b for a, b in zip(times["A"], times["B"], strict=True)]
     low, _, high = statistics.quantiles(ratios, n=4)
     total_a, total_b = sum(times["A"]), sum(times["B"])
-    print(f"{count} batches: A {total_a:.2f} s, B {total_b:.2f} s, A/B of the sums "
+    print(f"{batches} batches: A {total_a:.2f} s, B {total_b:.2f} s, A/B of the sums "
           f"{total_a / total_b:.3f}; per batch: median {statistics.median(ratios):.3f}, quartiles "
           f"{low:.3f}-{high:.3f} (A = {rev}, B = the working tree; above 1: B faster)")  # fmt: skip
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(main())
