@@ -292,9 +292,7 @@ class Translator:
         if reading not in READINGS:
             raise ValueError(f"reading must be one of {', '.join(READINGS)}, got {reading!r}")
         if reading != "attention" and not alignments:
-            raise ValueError(
-                f"reading={reading!r} reads the alignments: pass return_alignments=True"
-            )
+            raise ValueError(f"reading={reading!r} reads alignments: pass return_alignments=True")
         if reading == "foresight" and self.foresight is None:
             raise UserError(
                 "the checkpoint holds no foresight head: fit one with `seq2seq fit-foresight CKPT`"
