@@ -40,7 +40,7 @@ from torch import Tensor
 
 from seq2seq.data.corpus import Pairs
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.data.words import NOT_A_WORD, Link, word_spans_in_text
+from seq2seq.data.words import NOT_A_WORD, Link, check_links_fit, word_spans_in_text
 from seq2seq.errors import UserError
 
 PIECE_LIMIT = 2**16  # piece indices are stored as uint16: a longer sentence keeps no links
@@ -56,29 +56,18 @@ class LinkedPairs(Pairs):
     path: str = ""
 
 
-def parse_links(line: str, src_words: int, tgt_words: int, where: str) -> list[Link]:
-    """The (source word, target word) links of one Pharaoh line, checked against the sentences.
-
-    Args:
-        line: "0-0 1-2 ...", as many links as there are (none: an empty line).
-        src_words, tgt_words: words in the source and target sentence.
-        where: "<file> line <n>", the start of every error message.
+def parse_links(line: str, where: str) -> list[Link]:
+    """The (source word, target word) links of one Pharaoh line ("0-0 1-2 ...", none: empty).
 
     Raises:
-        UserError: a token that is not `i-j`, or a word index outside its sentence.
+        UserError: a token that is not `i-j`; `where` ("<file> line <n>") starts the message.
     """
     links = []
     for token in line.split():
         match = _LINK.fullmatch(token)
         if match is None:
             raise UserError(f"{where}: bad alignment link {token!r} (expected i-j)")
-        link = (int(match[1]), int(match[2]))
-        if link[0] >= src_words or link[1] >= tgt_words:
-            raise UserError(
-                f"{where}: link {token} is outside the sentence pair "
-                f"({src_words} source words, {tgt_words} target words)"
-            )
-        links.append(link)
+        links.append((int(match[1]), int(match[2])))
     return links
 
 
@@ -120,7 +109,8 @@ def encode_with_links(tokenizer: Tokenizer, chunk: LinkedPairs, dtype: type) -> 
     for src, tgt, line, number in zip(
         chunk.src, chunk.tgt, chunk.links, chunk.numbers, strict=True
     ):
-        words = parse_links(line, len(src.split()), len(tgt.split()), f"{chunk.path} line {number}")
+        words = parse_links(line, f"{chunk.path} line {number}")
+        check_links_fit([words], [src], [tgt], chunk.path, first=number)
         (src_ids, src_spans), (tgt_ids, tgt_spans) = map(tokenizer.encode_with_spans, (src, tgt))
         ids[0].append(src_ids)
         ids[1].append(tgt_ids)

@@ -8,7 +8,9 @@ seq2seq.alignment.words map attention back onto words.
 
 import re
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+
+from seq2seq.errors import UserError
 
 Link = tuple[int, int]  # (source word, target word), both 0-based
 NOT_A_WORD = -1
@@ -52,3 +54,35 @@ def word_spans_in_text(text: str, spans: Sequence[tuple[int, int]]) -> list[int]
     for j in waiting:
         words[j] = last
     return words
+
+
+def check_links_fit(
+    links: Sequence[Iterable[Link]],
+    src: Sequence[str],
+    tgt: Sequence[str] | None,
+    path: str,
+    first: int = 1,
+) -> None:
+    """Refuses a link to a word its pair lacks: a file made for other sentences, or for words split
+    another way, would otherwise be read without a word (and score as if the model were wrong).
+
+    Args:
+        links: per pair, its (source word, target word) links.
+        src, tgt: the pairs' sentences, line-aligned with `links`; tgt None: targets not known yet,
+            only source words are checked.
+        path: how the file is named in the message, e.g. "--align-ref gold.align".
+        first: the line number of the first pair in the file.
+
+    Raises:
+        UserError: "<path> line <n>: link i-j is outside the sentence pair (m source words, ...)".
+    """
+    targets = tgt if tgt is not None else [None] * len(src)
+    for number, (pair, s, t) in enumerate(zip(links, src, targets, strict=True), first):
+        m = len(s.split())
+        n = len(t.split()) if t is not None else None
+        for i, j in sorted(pair):
+            if i >= m or (n is not None and j >= n):
+                words = f"{m} source words" + (f", {n} target words" if n is not None else "")
+                raise UserError(
+                    f"{path} line {number}: link {i}-{j} is outside the sentence pair ({words})"
+                )

@@ -110,6 +110,7 @@ def evaluate(
     """
     from seq2seq.alignment.words import read_pharaoh
     from seq2seq.checkpoint import corpus_of, read_checkpoint
+    from seq2seq.data.words import check_links_fit
     from seq2seq.decoding.metrics import corpus_bleu, corpus_chrf
     from seq2seq.decoding.translator import Translator
 
@@ -134,6 +135,9 @@ def evaluate(
         raise UserError(
             f"--align-ref {aligning.gold} has {len(gold)} lines for {len(sources)} pairs"
         )
+    if gold is not None:  # own translations: their words are checked once they exist
+        links, where = [p for _, p in gold], f"--align-ref {aligning.gold}"
+        check_links_fit(links, sources, None if aligning.on == "hyp" else references[0], where)
     batching = (options.batch_tokens, options.batch_size)
     own = aligning is not None and aligning.on == "hyp"
     start = time.perf_counter()
@@ -149,6 +153,8 @@ def evaluate(
     readings: list[AlignmentResult] = []
     if aligning is not None:
         targets = hypotheses if own else references[0]
+        if own:
+            check_links_fit(links, sources, targets, where)
         if not own:
             results = translator.align(
                 sources, targets, *batching, aligning.direction, reading=aligning.reading

@@ -19,6 +19,7 @@ from seq2seq.alignment.plotting import AlignmentPlot
 from seq2seq.data.batching import collate
 from seq2seq.data.tokenizer import EOS, Tokenizer
 from seq2seq.decoding.search import greedy_search
+from seq2seq.errors import UserError
 from seq2seq.models.foresight import ForesightHead, foresight_weights, translator_states
 from seq2seq.models.interface import Seq2Seq
 
@@ -284,6 +285,7 @@ class AlignmentErrorRate(L.Callback):
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         from seq2seq.alignment.words import read_pharaoh
         from seq2seq.data.corpus import read_pairs, resolve_corpus
+        from seq2seq.data.words import check_links_fit
 
         dm = trainer.datamodule
         if not trainer.is_global_zero or "val" not in getattr(dm, "split_names", {}):
@@ -301,6 +303,11 @@ class AlignmentErrorRate(L.Callback):
                 f"{path} has {len(gold)} lines for {len(pairs) + pairs.empty} validation pairs "
                 f"({pairs.empty} blank); val/aer is off"
             )
+            return
+        try:
+            check_links_fit([p for _, p in gold], pairs.src, pairs.tgt, str(path))
+        except UserError as err:
+            rank_zero_warn(f"{err}; val/aer is off")
             return
         self.pairs, self.gold = (pairs.src, pairs.tgt), gold
 

@@ -120,6 +120,7 @@ def test_bad_input_files_are_refused_in_one_line(
     Path("short.txt").write_text("one\ntwo\n")
     Path("latin1.txt").write_bytes("ok\nGrüße\n".encode("latin-1"))
     Path("short.align").write_text("0-0\n")
+    Path("wide.align").write_text("0-0\n0-99\n" + "\n" * 18)  # made for other references
     ok = "--src-file src.txt --ref-file ref.txt"
     cases = {  # flags after CKPT: what the one-line error names
         "--src-file src.txt --ref-file short.txt": "src.txt has 20 lines but short.txt has 2",
@@ -128,6 +129,7 @@ def test_bad_input_files_are_refused_in_one_line(
         f"{ok} --ref-file nope.txt": "nope.txt",
         f"{ok} --align-ref short.align": "--align-ref short.align has 1 lines for 20 pairs",
         f"{ok} --align-ref nope.align": "nope.align",
+        f"{ok} --align-ref wide.align": "--align-ref wide.align line 2: link 0-99 is outside the ",
         "--split test": "--src-file",  # the corpus is hidden
         f"{ok} --split val": "--split names a corpus split: --src-file's are read",
         # n-best lists were made and thrown away: the hypotheses file holds the best alone
@@ -148,7 +150,9 @@ def test_alignment_error_rate_against_a_gold_file(
     own = [result.word_alignment for result in found]
     # Gold: the model's own links, except: pair 0's are only possible, pair 1 has a sure link the
     # model lacks, and pair 2 is an empty line (the model's links there are all wrong).
-    lines = [" ".join(f"{i}p{j}" for i, j in own[0]), format_pharaoh([*own[1], (99, 99)]), ""]
+    words = range(len(sources[1].split())), range(len(refs[1].split()))
+    lacked = next((i, j) for i in words[0] for j in words[1] if (i, j) not in own[1])
+    lines = [" ".join(f"{i}p{j}" for i, j in own[0]), format_pharaoh([*own[1], lacked]), ""]
     Path("gold.align").write_text("\n".join([*lines, *map(format_pharaoh, own[3:])]) + "\n")
     a = sum(map(len, own))  # |A|
     sure = a - len(own[0]) - len(own[2]) + 1  # |S|, of which the model finds all but one
@@ -166,6 +170,30 @@ def test_alignment_error_rate_against_a_gold_file(
     assert evaluate.main([*args, "--align-ref", "hyp.align", "--align-on", "hyp"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert (result["aer"], result["align_precision"], result["align_recall"]) == (0.0, 1.0, 1.0)
+    # Links made for other translations point past their words: refused once the translations
+    # exist (a source word past its sentence before: tested below), leaving no hypotheses file.
+    Path("past.align").write_text("".join(f"0-{len(h.text.split())}\n" for h in hyps))
+    flags = ["--align-ref", "past.align", "--align-on", "hyp", "--out", "hyps.txt"]
+    assert evaluate.main([*args, *flags]) == 2
+    n = len(hyps[0].text.split())
+    said = f"--align-ref past.align line 1: link 0-{n} is outside the sentence pair ("
+    assert said in one_line_error(capsys) and not Path("hyps.txt").exists()
+
+
+def test_a_source_word_past_its_sentence_is_refused_before_translating(
+    tiny_checkpoint: Path, no_corpus: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from seq2seq.decoding.translator import Translator
+
+    monkeypatch.setattr(Translator, "translate", lambda *a, **k: pytest.fail("translated"))
+    Path("wide.align").write_text("0-0\n" * 2 + "99-0\n" + "\n" * 17)
+    args = ["--src-file", "src.txt", "--ref-file", "ref.txt", "--align-ref", "wide.align"]
+    assert evaluate.main([str(tiny_checkpoint), *args, "--align-on", "hyp"]) == 2
+    n = len(Path("src.txt").read_text().splitlines()[2].split())
+    said = (
+        f"--align-ref wide.align line 3: link 99-0 is outside the sentence pair ({n} source words)"
+    )
+    assert one_line_error(capsys) == f"error: {said}"
 
 
 def test_averaging_two_checkpoints_gives_the_mean_of_their_weights(

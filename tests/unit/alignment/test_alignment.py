@@ -14,6 +14,7 @@ from seq2seq.alignment.words import (
     read_pharaoh,
     symmetrize,
 )
+from seq2seq.data.words import check_links_fit
 from seq2seq.errors import UserError
 
 # The word of each piece (-1: EOS), as word_spans_in_text gives them (tests/unit/decoding/test_translator.py).
@@ -107,6 +108,23 @@ def test_malformed_gold_line_names_file_and_line(tmp_path: Path, token: str) -> 
     path.write_text(f"0-0\n\n1-1 {token}\n", "utf-8")
     with pytest.raises(UserError, match=rf"gold\.align line 3: .*{token!r}"):
         read_pharaoh(path)
+
+
+def test_a_link_past_either_sentence_is_refused_naming_the_line() -> None:
+    src, tgt = ["ein hund", "zwei kleine hunde"], ["a dog", "two dogs"]
+    fits = [{(0, 0), (1, 1)}, {(2, 1), (0, 0)}]  # the last word of each side
+    check_links_fit(fits, src, tgt, "gold.align")
+    for wide, said in (
+        ({(3, 0)}, "link 3-0 is outside the sentence pair (3 source words, 2 target words)"),
+        ({(0, 2)}, "link 0-2 is outside the sentence pair (3 source words, 2 target words)"),
+    ):
+        with pytest.raises(UserError) as refused:
+            check_links_fit([fits[0], wide], src, tgt, "gold.align")
+        assert str(refused.value) == f"gold.align line 2: {said}"
+    # Targets not known yet (a model's own translations): source words alone are checked.
+    check_links_fit([{(0, 9)}, {(2, 9)}], src, None, "gold.align")
+    with pytest.raises(UserError, match=r"^g line 8: link 3-0 is outside .* \(3 source words\)$"):
+        check_links_fit([{(3, 0)}], src[1:], None, "g", first=8)
 
 
 def test_aer_by_hand(tmp_path: Path) -> None:

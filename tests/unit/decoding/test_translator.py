@@ -162,7 +162,7 @@ def test_val_aer_is_logged_when_the_corpus_has_gold_alignments(tmp_path: Path, r
     (corpus / "val.align").write_text("\n".join(gold) + "\n")
     cfg = TrainConfig(data_dir=str(corpus), vocab_size=100, emb_size=16, hidden_size=32,
                       batch_tokens=400, cache_dir=str(tmp_path / "cache"))  # fmt: skip
-    for with_gold in (True, False):
+    for given in ("gold", "wide", "none"):
         dm = TranslationDataModule(cfg)
         dm.prepare_data()
         dm.setup("fit")
@@ -172,14 +172,24 @@ def test_val_aer_is_logged_when_the_corpus_has_gold_alignments(tmp_path: Path, r
                             enable_checkpointing=False, enable_progress_bar=False,
                             callbacks=[AlignmentErrorRate()])  # fmt: skip
         trainer.fit(system, datamodule=dm)
-        if not with_gold:  # no gold file: nothing logged, nothing said
+        said = [str(w.message) for w in recwarn if "val/aer" in str(w.message)]
+        if given != "gold":  # no file, or one made for other pairs: nothing logged
             assert not {"val/aer", "val/align_recall"} & set(trainer.callback_metrics)
-            assert not [w for w in recwarn if "val/aer" in str(w.message)]
-            break
-        found = Translator(system.model, dm.tokenizer).align(sources, targets)
-        score = alignment_error_rate(
-            [r.word_alignment for r in found], read_pharaoh(corpus / "val.align")
-        )
-        assert float(trainer.callback_metrics["val/aer"]) == pytest.approx(score.aer)
-        assert float(trainer.callback_metrics["val/align_recall"]) == pytest.approx(score.recall)
-        (corpus / "val.align").unlink()
+        if given == "none":  # and nothing said
+            assert not said
+        elif given == "wide":
+            assert said == [f"{corpus / 'val.align'} line 1: link 0-99 is outside the sentence "
+                            f"pair ({len(sources[0].split())} source words, "
+                            f"{len(targets[0].split())} target words); val/aer is off"]  # fmt: skip
+            (corpus / "val.align").unlink()
+            recwarn.clear()
+        else:
+            found = Translator(system.model, dm.tokenizer).align(sources, targets)
+            score = alignment_error_rate(
+                [r.word_alignment for r in found], read_pharaoh(corpus / "val.align")
+            )
+            assert float(trainer.callback_metrics["val/aer"]) == pytest.approx(score.aer)
+            assert float(trainer.callback_metrics["val/align_recall"]) == pytest.approx(
+                score.recall
+            )
+            (corpus / "val.align").write_text("\n".join([gold[0] + " 0-99", *gold[1:]]) + "\n")
