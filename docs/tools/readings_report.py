@@ -20,6 +20,7 @@ report of docs/readings/shared-fs600 was printed by
 
 import argparse
 import json
+import os
 import shlex
 import sys
 import tempfile
@@ -31,19 +32,21 @@ import torch
 
 from seq2seq import Translator
 from seq2seq.alignment.joined import join_all, joined_label
-from seq2seq.alignment.silver import check_bounds, silver_alignments
+from seq2seq.alignment.silver import require_eflomal, silver_alignments
 from seq2seq.alignment.words import (
     JOINS,
     READINGS,
     alignment_error_rate,
     flip,
     hard_links,
+    parse_pharaoh,
     read_pharaoh,
 )
 from seq2seq.atomic import atomic_write_text
 from seq2seq.checkpoint import corpus_of, read_checkpoint
 from seq2seq.cli import Parser, cli_message, use_threads
 from seq2seq.data.corpus import read_pairs, resolve_corpus
+from seq2seq.data.words import check_links_fit
 from seq2seq.decoding.evaluate import check_reverse, read_split
 from seq2seq.decoding.metrics import corpus_bleu
 from seq2seq.decoding.search_config import SearchConfig
@@ -69,18 +72,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def silver_of_own(corpus: dict, sources: list[str], hyps: list[str], out: Path) -> list[str]:
-    """eflomal's links of (source, own translation) pairs, aligned with the training pairs beside
-    them as the silver standard of the split was; written to `out`."""
+def silver_of_own(corpus: dict, sources: list[str], hyps: list[str]) -> list[str]:
+    """eflomal's links of (source, own translation) pairs, a Pharaoh line a pair, aligned with the
+    training pairs beside them as the silver standard of the split was."""
     source = resolve_corpus(corpus["dataset"], corpus["data_dir"])
     train = read_pairs(source, source.find_split("train"), corpus["src"], corpus["tgt"])
     with tempfile.TemporaryDirectory() as tmp:
         files = [Path(tmp) / name for name in ("src", "hyp", "train.src", "train.tgt")]
         for path, lines in zip(files, (sources, hyps, train.src, train.tgt), strict=True):
             path.write_text("".join(line + "\n" for line in lines), "utf-8")
-        links = silver_alignments(files[0], files[1], (files[2], files[3]))
-    atomic_write_text(out, links.text())
-    return list(links.lines)
+        return list(silver_alignments(files[0], files[1], (files[2], files[3])).lines)
 
 
 def with_links(results: list, direction: str) -> list:
@@ -142,9 +143,9 @@ def links_of(flag: str, path: str) -> list:
         raise UserError(f"{flag} {err}{where}") from None
 
 
-def report(args: argparse.Namespace, argv: list[str]) -> dict:
-    """The report's figures (readings.json); UserError for a bad input, before any translation
-    where it can be told."""
+def report(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, str]]:
+    """The report's figures (readings.json) and the files beside them (name: text); UserError for
+    a bad input, before any translation where it can be told."""
     use_threads(args.threads)
     search = SearchConfig(beam=args.beam)
     gold = links_of("--gold", args.gold)  # a bad file fails here, before any translation
@@ -157,6 +158,7 @@ def report(args: argparse.Namespace, argv: list[str]) -> dict:
     sources, references, data = read_split(args.split, corpus, instead="")
     if len(gold) != len(sources):
         raise UserError(f"--gold {args.gold} has {len(gold)} lines for {len(sources)} pairs")
+    check_links_fit([p for _, p in gold], sources, references[0], f"--gold {args.gold}")
     reverse = None
     if args.reverse is not None:
         check_reverse(corpus, args.reverse)
@@ -166,12 +168,8 @@ def report(args: argparse.Namespace, argv: list[str]) -> dict:
         raise UserError(
             f"--hyp-align {args.hyp_align} has {len(given)} lines for {len(sources)} pairs"
         )
-    out = Path(args.out)
-    made = not out.exists()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UserError(f"--out {out}: cannot make the folder ({err.strerror})") from None
+    if given is None:
+        require_eflomal()  # the own translations' links are made after minutes of translating
     start, rows = time.perf_counter(), []
     own = {
         r: translator.translate(sources, search, return_alignments=True, reading=r)
@@ -180,18 +178,13 @@ def report(args: argparse.Namespace, argv: list[str]) -> dict:
     hyps = [t.text for t in own["attention"]]
     if [t.text for t in own["foresight"]] != hyps:  # a reading never changes the search
         raise RuntimeError("the foresight reading's search found other translations")
-    if given is not None:  # links made for other translations point past their words
-        lines = Path(args.hyp_align).read_text("utf-8").splitlines()
-        try:
-            check_bounds(lines, sources, hyps, f"--hyp-align {args.hyp_align}")
-        except UserError:
-            if made:  # a refused report leaves no folder behind
-                out.rmdir()
-            raise
-    atomic_write_text(out / f"{args.split}.hyp", "".join(h + "\n" for h in hyps))
+    files = {f"{args.split}.hyp": "".join(h + "\n" for h in hyps)}
     if given is None:
-        silver_of_own(corpus, sources, hyps, out / f"{args.split}.hyp.align")
-        given = read_pharaoh(out / f"{args.split}.hyp.align")
+        made = silver_of_own(corpus, sources, hyps)
+        files[f"{args.split}.hyp.align"] = "".join(line + "\n" for line in made)
+        given = parse_pharaoh(made, "eflomal's links of the own translations")
+    else:  # links made for other translations point past their words
+        check_links_fit([p for _, p in given], sources, hyps, f"--hyp-align {args.hyp_align}")
     for reading in READINGS:
         joins = reverse is not None and (reading == "attention" or reverse.foresight is not None)
         for on, targets, links in (("ref", references[0], gold), ("hyp", hyps, given)):
@@ -206,7 +199,7 @@ def report(args: argparse.Namespace, argv: list[str]) -> dict:
         "command": shlex.join(["python", "docs/tools/readings_report.py", *argv]),
         "data": data,
         "gold": args.gold,
-        "hyp_align": args.hyp_align or str(out / f"{args.split}.hyp.align"),
+        "hyp_align": args.hyp_align or str(Path(args.out) / f"{args.split}.hyp.align"),
         "reverse": args.reverse,
         "beam": args.beam,
         "bleu": corpus_bleu(hyps, references).value,
@@ -215,24 +208,37 @@ def report(args: argparse.Namespace, argv: list[str]) -> dict:
         "threads": torch.get_num_threads(),
         **provenance(),
         "readings": rows,
-    }
+    }, files
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    out = Path(args.out)
     try:
-        result = report(args, argv)
+        writable(out)  # a folder that cannot be made is refused before any translation
+        result, files = report(args, argv)
     except UserError as err:
         print(f"error: {cli_message(err)}", file=sys.stderr)
         return 2
     text = table(result["readings"])
-    atomic_write_text(Path(args.out) / "readings.json", json.dumps(result, indent=2) + "\n")
-    atomic_write_text(Path(args.out) / "readings.md", text)
+    files |= {"readings.json": json.dumps(result, indent=2) + "\n", "readings.md": text}
+    out.mkdir(parents=True, exist_ok=True)  # written last and whole: a refused report leaves none
+    for name, content in files.items():
+        atomic_write_text(out / name, content)
     print(f"{result['checkpoint']}: BLEU {result['bleu']:.2f} at beam {result['beam']}, "
           f"{result['seconds']:.0f} s on {result['cpu']}, {result['threads']} thread(s)")  # fmt: skip
     print(text, end="")
     return 0
+
+
+def writable(out: Path) -> None:
+    """Refuses an --out that is not a folder, or one that cannot be made, making nothing."""
+    there = next((p for p in (out, *out.parents) if p.exists()), None)
+    if there is not None and not there.is_dir():
+        raise UserError(f"--out {out}: cannot make the folder ({there} is a file)")
+    if there is not None and not os.access(there, os.W_OK | os.X_OK):
+        raise UserError(f"--out {out}: cannot make the folder ({there} is not writable)")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ model's alignments use. eflomal lowercases tokens for its statistics, which leav
 seeds itself from /dev/urandom, so two runs differ slightly. Needs `pip install -e .[align]`.
 """
 
+import importlib.util
 import tempfile
 import time
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from typing import Literal
 
 from seq2seq.alignment.words import format_pharaoh, symmetrize
 from seq2seq.data.corpus import read_lines
-from seq2seq.data.words import Link
+from seq2seq.data.words import Link, check_links_fit
 from seq2seq.errors import UserError
 
 Symmetrize = Literal["intersect", "grow-diag-final-and"]
@@ -67,22 +68,27 @@ def silver_alignments(
     seconds = time.perf_counter() - start
     lines = [""] * len(src)
     for i, k in zip(real, range(len(extra_src), len(fwd)), strict=True):
+        check_links_fit([fwd[k] | rev[k]], [src[i]], [tgt[i]], str(src_path), first=i + 1)
         chosen = symmetrize(fwd[k], rev[k], symmetrize_as)
         line = format_pharaoh(chosen)
         if with_possible:
             maybe = sorted((fwd[k] | rev[k]) - set(chosen))
             line = " ".join([line] * bool(line) + [f"{s}p{t}" for s, t in maybe])
         lines[i] = line
-    check_bounds(lines, src, tgt, src_path)
     return SilverLinks(tuple(lines), len(extra_src), seconds)
+
+
+def require_eflomal() -> None:
+    """Refuses before any work when eflomal, which makes silver links, is not installed."""
+    if importlib.util.find_spec("eflomal") is None:
+        raise UserError("eflomal is not installed: pip install -e .[align]")
 
 
 def align_both_ways(src: list[str], tgt: list[str]) -> tuple[list[set[Link]], list[set[Link]]]:
     """eflomal's forward and reverse links per pair, both written (source word, target word)."""
-    try:
-        import eflomal
-    except ImportError:
-        raise UserError("eflomal is not installed: pip install -e .[align]") from None
+    require_eflomal()
+    import eflomal
+
     with tempfile.TemporaryDirectory(prefix="eflomal-") as tmp:
         fwd, rev = Path(tmp) / "fwd", Path(tmp) / "rev"
         try:  # eflomal reads tokens with str.split(): the raw sentence's whitespace words
@@ -110,12 +116,3 @@ def read_links(path: Path, n: int) -> list[set[Link]]:
     if len(lines) != n:
         raise UserError(f"eflomal wrote {len(lines)} {path.name} lines for {n} sentence pairs")
     return [{tuple(map(int, pair.split("-"))) for pair in line.split()} for line in lines]
-
-
-def check_bounds(lines: list[str], src: list[str], tgt: list[str], src_path: str | Path) -> None:
-    """Every link must point at a word that exists; eflomal and we must agree on the words."""
-    for number, (line, s, t) in enumerate(zip(lines, src, tgt, strict=True), start=1):
-        for token in line.split():
-            i, j = map(int, token.replace("p", "-").split("-"))
-            if i >= len(s.split()) or j >= len(t.split()):
-                raise UserError(f"{src_path} line {number}: link {token} is outside the sentence")

@@ -207,8 +207,13 @@ def read_pharaoh(path: str | Path) -> list[tuple[set[Link], set[Link]]]:
     Raises:
         UserError: a token that is neither form, naming the file and line.
     """
+    return parse_pharaoh(read_lines(path), str(path))
+
+
+def parse_pharaoh(lines: Iterable[str], path: str) -> list[tuple[set[Link], set[Link]]]:
+    """`read_pharaoh` on lines already read; `path` names them in the message."""
     gold = []
-    for number, line in enumerate(read_lines(path), start=1):
+    for number, line in enumerate(lines, start=1):
         sure, possible = set(), set()
         for token in line.split():
             match = _LINK.fullmatch(token)

@@ -9,6 +9,7 @@ word to the word at its position): the figures are not good ones, only the same 
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from seq2seq.commands import foresight as foresight_command
 from seq2seq.decoding.evaluate import AlignmentScoring, EvalOptions, evaluate
 from seq2seq.decoding.search_config import SearchConfig
 from seq2seq.decoding.translator import Translator
+from seq2seq.errors import UserError
 from tests.unit.decoding.test_evaluate import reversed_copy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,6 +96,8 @@ def test_bad_inputs_are_one_line_before_any_translation(
     short, a_file, out = folder / "short.align", folder / "a-file", folder / "refused"
     short.write_text("0-0\n", "utf-8")
     a_file.write_text("", "utf-8")
+    wide = folder / "wide-gold.align"  # made for other references
+    wide.write_text("0-99\n" * len(setup["sources"]), "utf-8")
     gold = ("--gold", str(folder / "gold.align"))
     cases = {
         (str(tiny_checkpoint), *gold, "--out", str(out)): "holds no foresight head",
@@ -101,6 +105,8 @@ def test_bad_inputs_are_one_line_before_any_translation(
             f"--gold {short} has 1 lines for 20 pairs",
         (str(setup["fs"]), *gold, "--hyp-align", str(short), "--out", str(out)):
             f"--hyp-align {short} has 1 lines for 20 pairs",
+        (str(setup["fs"]), "--gold", str(wide), "--out", str(out)):
+            f"--gold {wide} line 1: link 0-99 is outside the sentence pair (",
         (str(setup["fs"]), *gold, "--beam", "0", "--out", str(out)): "--beam must be at least 1",
         (str(setup["fs"]), *gold, "--hyp-align", str(folder / "nope"), "--out", str(out)):
             f"--hyp-align {folder / 'nope'}: cannot read",
@@ -116,6 +122,11 @@ def test_bad_inputs_are_one_line_before_any_translation(
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and said in err[0] and "--src-file" not in err[0], err
         assert not out.exists()
+    # Without --hyp-align, eflomal makes the own translations' links: missing, it is said first.
+    monkeypatch.setitem(sys.modules, "eflomal", None)  # find_spec: None, as if not installed
+    assert tool.main([str(setup["fs"]), *gold, "--out", str(out)]) == 2
+    assert capsys.readouterr().err == "error: eflomal is not installed: pip install -e .[align]\n"
+    assert not out.exists()
     # --gold's default is a path under the checkout's root: run from elsewhere, the line says so.
     monkeypatch.chdir(folder)
     assert tool.main([str(setup["fs"]), "--out", str(out)]) == 2
@@ -138,6 +149,30 @@ def test_links_made_for_other_translations_are_refused(setup: dict, capsys) -> N
     assert not (folder / "wide").exists()  # nor its translations: the folder it made is gone
 
 
+def test_a_report_that_fails_after_translating_writes_nothing(
+    setup: dict, capsys, monkeypatch
+) -> None:
+    """eflomal failing on the own translations (after minutes of translating) leaves a folder
+    from before as it was: the report's files are written together, last."""
+    folder = setup["folder"]
+
+    def failing(*args):
+        raise UserError("eflomal could not run its binary: pip install -e .[align]")
+
+    monkeypatch.setattr(tool, "silver_alignments", failing)
+    monkeypatch.setattr(tool, "require_eflomal", lambda: None)  # installed, but its binary fails
+    kept = folder / "kept"
+    kept.mkdir()
+    (kept / "test.hyp").write_text("before\n", "utf-8")
+    argv = [str(setup["fs"]), "--out", str(kept), "--gold", str(folder / "gold.align")]
+    assert tool.main([*argv, "--beam", str(BEAM)]) == 2
+    assert "eflomal could not run its binary" in capsys.readouterr().err
+    assert [p.name for p in kept.iterdir()] == ["test.hyp"]
+    assert (kept / "test.hyp").read_text("utf-8") == "before\n"
+    assert tool.main([*argv, "--out", str(folder / "new"), "--beam", str(BEAM)]) == 2
+    assert not (folder / "new").exists()
+
+
 def test_own_translations_are_aligned_with_the_training_pairs_beside_them(
     setup: dict, monkeypatch
 ) -> None:
@@ -153,6 +188,7 @@ def test_own_translations_are_aligned_with_the_training_pairs_beside_them(
         return SilverLinks(tuple(lines), len(seen["extra"][0].splitlines()), 0.0)
 
     monkeypatch.setattr(tool, "silver_alignments", silver)
+    monkeypatch.setattr(tool, "require_eflomal", lambda: None)  # the stand-in needs no eflomal
     out = folder / "made"
     argv = [str(setup["fs"]), "--out", str(out), "--gold", str(folder / "gold.align"),
             "--beam", str(BEAM)]  # fmt: skip
