@@ -709,43 +709,57 @@ def test_markdown_files_the_code_names_exist() -> None:
 
 
 def test_the_cgru_seed_figures_are_its_committed_result() -> None:
-    """study.md's and alignments.md's figures of `cgru`'s scored seed(s) are those runs' result.json
-    rounded, and `bahdanau`'s beside them are the emb512 study's report."""
+    """study.md's and alignments.md's figures of `cgru`'s scored seeds are those runs' result.json
+    rounded, `bahdanau`'s beside them the emb512 study's, and the README's its report's."""
     study = " ".join((ROOT / "docs" / "results" / "study.md").read_text("utf-8").split())
     guide = " ".join((ROOT / "docs" / "guides" / "alignments.md").read_text("utf-8").split())
-    seed1 = json.loads(
-        (ROOT / "docs/study-cgru-de-en/runs/cgru-seed1/result.json").read_text("utf-8")
-    )
-    val = seed1["val_bleu"][seed1["checkpoint_rule"]]
-    assert f"scored {val:.2f} validation BLEU" in study
-    assert (
-        f"on test BLEU {seed1['bleu']:.2f}, chrF {seed1['chrf']:.2f}, AER {seed1['aer']:.4f}"
-        in study
-    )
-    assert (
-        f"`train_hours`, {seed1['train_hours']:.2f}, count {len(seed1['trained'])} sittings"
-        in study
-    )
-    bahdanau = report_of("docs/study-recipe-emb512-de-en")["gru-emb512"]
-    assert (
-        f"reference scores AER {seed1['aer']:.4f} against the silver standard "
-        f"(P {seed1['align_precision']:.4f}, R {seed1['align_recall']:.4f}), where `bahdanau`'s "
-        f"three seeds score {bahdanau['aer']['mean']:.4f} ± {bahdanau['aer']['sd']:.4f}, at test "
-        f"BLEU {seed1['bleu']:.2f} against their {bahdanau['bleu']['mean']:.2f} ± "
-        f"{bahdanau['bleu']['sd']:.2f}"
-    ) in guide
-    # The README's line: seed 1 against bahdanau's seed 1, and their paired bootstrap p (one row
-    # while seed 1 alone is scored; with seeds 2-3 the line and this check change).
-    readme = " ".join((ROOT / "README.md").read_text("utf-8").split())
-    other = json.loads(
-        (ROOT / "docs/study-recipe-emb512-de-en/runs/gru-emb512-seed1/result.json").read_text(
-            "utf-8"
+    runs = sorted((ROOT / "docs/study-cgru-de-en/runs").glob("cgru-seed*/result.json"))
+    seeds = [json.loads(path.read_text("utf-8")) for path in runs]
+    assert [seed["seed"] for seed in seeds] == list(range(1, len(seeds) + 1)) and len(seeds) >= 2
+    for seed in seeds:
+        val = seed["val_bleu"][seed["checkpoint_rule"]]
+        assert f"scored {val:.2f} validation BLEU" in study
+        assert (
+            f"on test BLEU {seed['bleu']:.2f}, chrF {seed['chrf']:.2f}, AER {seed['aer']:.4f}"
+            in study
         )
-    )
-    [pair] = json.loads((ROOT / "docs/study-cgru-de-en/report.json").read_text("utf-8"))[
-        "significance"
-    ]
+        assert (
+            f"`train_hours`, {seed['train_hours']:.2f}, count {len(seed['trained'])} sittings"
+            in study
+        )
+    bahdanau = report_of("docs/study-recipe-emb512-de-en")["gru-emb512"]
+    aers = " and ".join(f"{seed['aer']:.4f}" for seed in seeds)
+    bleus = " and ".join(f"{seed['bleu']:.2f}" for seed in seeds)
     assert (
-        f"on seed 1 of the default recipe AER {seed1['aer']:.4f} against {other['aer']:.4f}, BLEU "
-        f"{seed1['bleu']:.2f} against {other['bleu']:.2f} (p {pair['p_bs']:.2f}: not told apart;"
+        f"reference scores AER {aers} against the silver standard, where `bahdanau`'s three seeds "
+        f"score {bahdanau['aer']['mean']:.4f} ± {bahdanau['aer']['sd']:.4f}, at test BLEU {bleus} "
+        f"against their {bahdanau['bleu']['mean']:.2f} ± {bahdanau['bleu']['sd']:.2f}"
+    ) in guide
+    # The README's line: the seeds' AER against bahdanau's same seeds, and the report's test over
+    # them all (the `all` row: cgru is its baseline, so its lead is minus the delta).
+    readme = " ".join((ROOT / "README.md").read_text("utf-8").split())
+    others = [
+        json.loads(
+            (
+                ROOT / f"docs/study-recipe-emb512-de-en/runs/gru-emb512-seed{s['seed']}/result.json"
+            ).read_text("utf-8")
+        )
+        for s in seeds
+    ]
+    rows = json.loads((ROOT / "docs/study-cgru-de-en/report.json").read_text("utf-8"))
+    [pooled] = [row for row in rows["significance"] if row["seeds"] == "all"]
+    assert (
+        f"on seeds 1-{len(seeds)} of the default recipe AER {aers} against "
+        + " and ".join(f"{o['aer']:.4f}" for o in others)
+        + f", BLEU +{-pooled['delta']:.2f} over both (bootstrap p {pooled['p_bs']:.4f}; over the "
+        f"seeds, Welch p {pooled['p_welch']:.2f}"
     ) in readme
+
+
+@pytest.mark.parametrize("run", ["default-seed1", "cgru-seed2"])
+def test_a_readings_table_in_the_guide_is_its_committed_report(run: str) -> None:
+    """alignments.md's table of a checkpoint's readings is that run's readings.md, row for row
+    (the foresight row's intersect cells set in bold there)."""
+    guide = (ROOT / "docs/guides/alignments.md").read_text("utf-8").replace("**", "")
+    table = (ROOT / "docs/readings" / run / "readings.md").read_text("utf-8")
+    assert table in guide
