@@ -27,6 +27,8 @@ from seq2seq.atomic import atomic_write_text
 from seq2seq.errors import UserError
 from seq2seq.study.spec import Run, StudySpec, check_spec, relative
 
+RESULT_KEYS = ("variant", "seed", "split", "bleu", "chrf", "hypotheses")  # read by status, report
+
 
 class Study:
     """A study folder and its work folder; see the module docstring for what each holds."""
@@ -101,6 +103,28 @@ class Study:
     def result_path(self, run: Run) -> Path:
         return self.result_dir(run) / "result.json"
 
+    def load_result(self, run: Run) -> dict[str, Any]:
+        """The finished run's result.json with its hypotheses (`hyps`, a list of lines); a file
+        damaged or edited by hand is one line naming it (and how to get it back)."""
+        path = self.result_path(run)
+        again = (
+            f"restore it (git checkout -- {path}) or, its checkpoints at hand, score it again "
+            f"(study.py score {relative(str(self.folder))} {run.variant} {run.seed})"
+        )
+        try:
+            result = json.loads(path.read_text("utf-8"))
+            if not isinstance(result, dict):
+                raise ValueError("not a JSON object")
+            missing = [key for key in RESULT_KEYS if key not in result]
+            if missing:
+                raise ValueError(f"no {', '.join(missing)}")
+            result["hyps"] = (self.result_dir(run) / result["hypotheses"]).read_text("utf-8")
+        except (OSError, ValueError, TypeError) as err:  # JSONDecodeError is a ValueError
+            why = f"{err.strerror}: {err.filename}" if isinstance(err, OSError) else str(err)
+            raise UserError(f"{path}: not a run's result ({why}); {again}") from None
+        result["hyps"] = result["hyps"].splitlines()
+        return result
+
     def state(self, run: Run) -> str:
         if self.result_path(run).is_file():
             return "done"
@@ -114,7 +138,7 @@ class Study:
         """One line on how far `run` is: its test BLEU when done, its saved update when partial."""
         state = self.state(run)
         if state == "done":
-            result = json.loads(self.result_path(run).read_text("utf-8"))
+            result = self.load_result(run)
             return f"BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f} on {result['split']}"
         if state == "partial":
             import datetime

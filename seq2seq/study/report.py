@@ -85,10 +85,7 @@ def load_results(study: Study, spec: StudySpec) -> dict[Run, dict[str, Any]]:
     for run in spec.runs():
         if study.state(run) != "done":
             continue
-        result = json.loads(study.result_path(run).read_text("utf-8"))
-        hyp_file = study.result_dir(run) / result["hypotheses"]
-        result["hyps"] = hyp_file.read_text("utf-8").splitlines()
-        results[run] = result
+        results[run] = study.load_result(run)
     return results
 
 

@@ -104,6 +104,33 @@ def test_the_report_scores_every_run_lowercased_from_its_hypotheses(tiny_corpus,
     assert "BLEU lowercased" in (folder / "report.md").read_text()
 
 
+@pytest.mark.parametrize(
+    "damage, why",
+    [
+        (lambda run: (run / "result.json").write_text('{"variant": "a"'), "Expecting ',' delim"),
+        (lambda run: (run / "result.json").write_text("[1, 2]"), "not a JSON object"),
+        (lambda run: (run / "result.json").write_text('{"variant": "a"}'), "no seed, split, bl"),
+        (lambda run: (run / "test.hyp").unlink(), "No such file or directory: "),
+    ],
+)
+def test_a_damaged_result_is_one_line_naming_it_and_the_way_back(
+    tiny_corpus, tmp_path, capsys, damage, why
+):
+    """A result.json cut short or edited by hand, or its hypotheses gone, is refused by report and
+    status in one line that names it, says what is wrong, and how to get it back."""
+    folder = tmp_path / "hand"
+    write_study(folder, tiny_corpus, {"a": 0, "b": 2}, [1])
+    damage(folder / "runs" / "a-seed1")
+    for command in ("report", "status"):
+        assert study_script.main([command, str(folder)]) == 2
+        [line] = capsys.readouterr().err.strip().splitlines()
+        path = folder / "runs" / "a-seed1" / "result.json"
+        assert line.startswith(f"error: {path}: not a run's result (") and why in line
+        assert line.endswith(f"(git checkout -- {path}) or, its checkpoints at hand, score it "
+                             f"again (study.py score {folder} a 1)")  # fmt: skip
+    assert not (folder / "report.json").exists()
+
+
 # The paper's table of thresholds (MT-Thresholds, appendix/main_thresholds.tex): the difference at
 # which each metric reaches an estimated accuracy with humans, printed to two decimals. BLEU 1.06 and
 # 3.35 are the points issue 55 quotes.
