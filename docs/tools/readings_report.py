@@ -223,9 +223,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     text = table(result["readings"])
     files |= {"readings.json": json.dumps(result, indent=2) + "\n", "readings.md": text}
-    out.mkdir(parents=True, exist_ok=True)  # written last and whole: a refused report leaves none
-    for name, content in files.items():
-        atomic_write_text(out / name, content)
+    try:  # written last and whole: a refused report leaves none
+        out.mkdir(parents=True, exist_ok=True)
+        for name, content in files.items():
+            atomic_write_text(out / name, content)
+    except OSError as err:
+        print(f"error: --out {out}: cannot write ({err.strerror})", file=sys.stderr)
+        return 2
     print(f"{result['checkpoint']}: BLEU {result['bleu']:.2f} at beam {result['beam']}, "
           f"{result['seconds']:.0f} s on {result['cpu']}, {result['threads']} thread(s)")  # fmt: skip
     print(text, end="")

@@ -155,7 +155,7 @@ def evaluate(
         targets = hypotheses if own else references[0]
         if own:
             check_links_fit(links, sources, targets, where)
-        if not own:
+        else:
             results = translator.align(
                 sources, targets, *batching, aligning.direction, reading=aligning.reading
             )
