@@ -13,8 +13,9 @@ the encoder states:
 Bahdanau's query s_{t-1} has not seen the word the decoder has just emitted; s'_t has, so the
 attention of step t can depend on y_{t-1} (DESIGN section 9). The rest of the decoder, s_0 from the
 encoder, the embeddings, the readout, teacher forcing and search, is `BahdanauDecoder`'s: this
-class is a variant through its seam, `attend_and_update`, and no kernel knows it, so it trains and
-decodes on the code below.
+class is a variant through its seam, `attend_and_update`, and trains and decodes on the code below.
+For speed, seq2seq.models.kernels plugs in `DeferredConditionalGRUDecoder`, which computes the same
+step with each GRU's gradients gathered once a batch when a CPU trains.
 
 Dimension letters (the table in seq2seq.models.interface): B batch, S source length, E embedding,
 H hidden.

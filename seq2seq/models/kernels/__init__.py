@@ -5,16 +5,23 @@ and decodes correctly on its own. `accelerate(model)` swaps each submodule it ha
 that kernel, a subclass of the textbook module that keeps its parameters and computes the same numbers
 (to float tolerance) faster on some device, precision or phase:
 
-| textbook module (seq2seq.models) | kernel (here)                   | what it changes                    |
-|----------------------------------|---------------------------------|------------------------------------|
-| attention.AdditiveScorer         | additive.SigmoidAdditiveScorer  | tanh through sigmoid; chunked in   |
-|                                  |                                 | search; recomputed in backward     |
-| rnn.BiGRUEncoder                 | encoder.UnpackedBiGRUEncoder    | unpacked when a CPU trains         |
-| bahdanau.BahdanauDecoder         | decoder.DeferredBahdanauDecoder | ended rows stop; CPU training's    |
-|                                  |                                 | gradients taken once a batch       |
-| rnn.RNNSeq2Seq                   | decoder.Fp32RecurrenceRNN       | fp32 recurrence under CPU autocast |
-| multihead.MultiHeadAttention     | multihead.CausalFusedAttention  | a causal mask alone as `is_causal` |
-| torch.nn.Dropout                 | dropout.UniformDropout          | a CPU mask from uniform numbers    |
+| textbook (seq2seq.models)    | kernel (here)                         | what it changes         |
+|------------------------------|---------------------------------------|-------------------------|
+| attention.AdditiveScorer     | additive.SigmoidAdditiveScorer        | tanh through sigmoid;   |
+|                              |                                       | chunked in search;      |
+|                              |                                       | recomputed in backward  |
+| rnn.BiGRUEncoder             | encoder.UnpackedBiGRUEncoder          | unpacked when a CPU     |
+|                              |                                       | trains                  |
+| bahdanau.BahdanauDecoder     | decoder.DeferredBahdanauDecoder       | ended rows stop; CPU    |
+|                              |                                       | training's gradients    |
+|                              |                                       | taken once a batch      |
+| cgru.ConditionalGRUDecoder   | decoder.DeferredConditionalGRUDecoder | the same, for both GRUs |
+| rnn.RNNSeq2Seq               | decoder.Fp32RecurrenceRNN             | fp32 recurrence under   |
+|                              |                                       | CPU autocast            |
+| multihead.MultiHeadAttention | multihead.CausalFusedAttention        | a causal mask alone as  |
+|                              |                                       | `is_causal`             |
+| torch.nn.Dropout             | dropout.UniformDropout                | a CPU mask from uniform |
+|                              |                                       | numbers                 |
 
 With `compile=True` the GRU translator's decoder loops are also compiled (compiled.CompiledRNN), which
 `accelerate` returns in place of the model. A module of another type, a scorer or decoder written in
@@ -28,8 +35,13 @@ textbook modules never import this package (an import-linter contract).
 from torch import nn
 
 from seq2seq.models.attention import AdditiveScorer
+from seq2seq.models.cgru import ConditionalGRUDecoder
 from seq2seq.models.kernels.additive import SigmoidAdditiveScorer
-from seq2seq.models.kernels.decoder import DeferredBahdanauDecoder, Fp32RecurrenceRNN
+from seq2seq.models.kernels.decoder import (
+    DeferredBahdanauDecoder,
+    DeferredConditionalGRUDecoder,
+    Fp32RecurrenceRNN,
+)
 from seq2seq.models.kernels.dropout import UniformDropout
 from seq2seq.models.kernels.encoder import UnpackedBiGRUEncoder
 from seq2seq.models.kernels.multihead import CausalFusedAttention
@@ -41,6 +53,7 @@ KERNELS: dict[type[nn.Module], type[nn.Module]] = {
     AdditiveScorer: SigmoidAdditiveScorer,
     BiGRUEncoder: UnpackedBiGRUEncoder,
     BahdanauDecoder: DeferredBahdanauDecoder,
+    ConditionalGRUDecoder: DeferredConditionalGRUDecoder,
     RNNSeq2Seq: Fp32RecurrenceRNN,
     MultiHeadAttention: CausalFusedAttention,
     nn.Dropout: UniformDropout,

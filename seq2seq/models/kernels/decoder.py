@@ -1,12 +1,13 @@
-"""The Bahdanau decoder's teacher-forced loop and the GRU translator's precision, for speed.
+"""The GRU decoders' teacher-forced loops and the GRU translator's precision, for speed.
 
-`DeferredBahdanauDecoder` is `BahdanauDecoder` with two changes to `forward`'s loop:
+`DeferredBahdanauDecoder` is `BahdanauDecoder`, and `DeferredConditionalGRUDecoder` is
+`ConditionalGRUDecoder`, with two changes to `forward`'s loop:
 
 - rows in order of target length, longest first (as `seq2seq.data.batching.collate` makes them),
   stop stepping when their target ends: their s_t, c_t and alpha_t are zero from there on (only
   padding reads them);
 - when a CPU computes gradients in fp32, eagerly, the steps run through
-  seq2seq.models.kernels.deferred, which takes the gradients of what every step reads (the GRU
+  seq2seq.models.kernels.deferred, which takes the gradients of what every step reads (each GRU
   cell's weights, the embeddings, the encoder outputs, the additive keys and w_v) once per batch
   (why: docs/results/benchmarks.md#the-decoders-steps-with-gradients-gathered-once-a-batch-on-an-avx2-cpu).
   A scorer it does not know (any but `SigmoidAdditiveScorer`) is called as the module it is.
@@ -25,9 +26,10 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from seq2seq.models.attention import masked_softmax
+from seq2seq.models.cgru import ConditionalGRUDecoder
 from seq2seq.models.interface import State
 from seq2seq.models.kernels.additive import SigmoidAdditiveScorer
 from seq2seq.models.kernels.deferred import (
@@ -99,31 +101,87 @@ class DeferredBahdanauDecoder(BahdanauDecoder):
         for all steps in one matmul. The step computes what `attend_and_update` does through
         seq2seq.models.kernels.deferred.
         """
-        cell, scorer = self.cell, self.scorer
-        cell_bank = Bank(rows, emb.size(0), cell, cell.weight_ih)
-        embedded, *weights = CellWeights.apply(
-            cell_bank, emb, cell.weight_ih, cell.bias_ih, cell.weight_hh, cell.bias_hh
-        )  # (M, 3H), then w_ih, w_hh, b_hh
-        # The sigmoid additive scorer's keys and w_v are gathered too; any other scorer runs as it is.
-        additive = isinstance(scorer, SigmoidAdditiveScorer)
-        keys = state["proj_keys"] if additive else None  # (B, S, A)
-        source_bank = SourceBank(state["enc_out"], len(rows), keys)
-        source = [state["enc_out"]] + ([keys, scorer.energy.weight] if additive else [])
-        enc_out, *energy = SourceShared.apply(source_bank, *source)
+        update, embedded = deferred_cell(self.cell, emb, rows, emb.size(0))  # (M, 3H)
+        attend = deferred_attention(self.scorer, state, len(rows))
 
         def step(run: State, embedded: Tensor) -> tuple[Tensor, Tensor, Tensor]:
             prev = run["dec_state"]  # s_{t-1}, (B', H)
-            if additive:
-                query = scorer.project_query(prev)  # (B', A)
-                limit = scorer.RECOMPUTE_ABOVE
-                scores = EnergyStep.apply(query, *energy, source_bank, limit)  # (B', S)
-            else:
-                scores = scorer(prev, run["proj_keys"])  # (B', S)
-            alpha = masked_softmax(scores, run["src_mask"])  # (B', S)
-            context = ContextStep.apply(alpha, enc_out, source_bank)  # (B', H)
-            return CellStep.apply(embedded, context, prev, *weights, cell_bank), context, alpha
+            context, alpha = attend(prev, run)  # (B', H), (B', S)
+            return update(embedded, context, prev), context, alpha
 
         return step, list(embedded.split(rows))
+
+
+class DeferredConditionalGRUDecoder(DeferredBahdanauDecoder, ConditionalGRUDecoder):
+    """`ConditionalGRUDecoder` whose rows stop stepping when their target ends, and whose steps
+    gather their gradients once per batch when a CPU trains: GRU1, GRU2, the attention. Same
+    parameters, same outputs and gradients; off a CPU's training, its own `attend_and_update`."""
+
+    def deferred_steps(
+        self, state: State, emb: Tensor, rows: list[int]
+    ) -> tuple[Step, list[Tensor]]:
+        """`ConditionalGRUDecoder.attend_and_update` for training on a CPU, as
+        `DeferredBahdanauDecoder.deferred_steps` is Bahdanau's: what each step takes in place of
+        the embedding is its rows of GRU1's W_ie y + b_ih (rows[t], 3H)."""
+        B = emb.size(0)
+        query_update, query_gates = deferred_cell(self.query_cell, emb, rows, B)  # GRU1, (M, 3H)
+        state_update, biases = deferred_cell(self.cell, None, rows, B)  # GRU2: b_ih, (M, 3H)
+        attend = deferred_attention(self.scorer, state, len(rows))
+
+        def step(run: State, gates: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+            query = query_update(gates, None, run["dec_state"])  # s'_t = GRU1(E y_{t-1}, s_{t-1})
+            context, alpha = attend(query, run)  # (B', H), (B', S)
+            dec_state = state_update(biases[: gates.size(0)], context, query)  # GRU2(c_t, s'_t)
+            return dec_state, context, alpha
+
+        return step, list(query_gates.split(rows))
+
+
+def deferred_cell(
+    cell: nn.GRUCell, emb: Tensor | None, rows: list[int], batch: int
+) -> tuple[Callable[[Tensor, Tensor | None, Tensor], Tensor], Tensor]:
+    """A cell's steps over one batch, their weights' gradients gathered (seq2seq.models.kernels.deferred).
+
+    emb (B, T, E): the part of the cell's input known before the first step (E y_{t-1}), or None
+    when the whole input comes from the step. Returns `update(known, late, prev) -> s` (known: the
+    step's rows of the second output; late: the rest of the input, or None) and the input gates'
+    known share, W_ie y + b_ih (or b_ih), for every step's rows (M, 3H).
+    """
+    bank = Bank(rows, batch, cell, cell.weight_ih, 0 if emb is None else emb.size(-1))
+    known, *weights = CellWeights.apply(
+        bank, emb, cell.weight_ih, cell.bias_ih, cell.weight_hh, cell.bias_hh
+    )  # (M, 3H), then w_ih, w_hh, b_hh
+
+    def update(known: Tensor, late: Tensor | None, prev: Tensor) -> Tensor:
+        return CellStep.apply(known, late, prev, *weights, bank)  # (B', H)
+
+    return update, known
+
+
+def deferred_attention(
+    scorer: nn.Module, state: State, steps: int
+) -> Callable[[Tensor, State], tuple[Tensor, Tensor]]:
+    """The attention of `steps` steps over one batch, the encoder outputs' gradient (and the sigmoid
+    additive scorer's keys' and w_v's) gathered. Returns `attend(query, run) -> (c, alpha)`: query
+    (B', H) and the step's `run` state, c (B', H) and alpha (B', S). Any scorer but
+    `SigmoidAdditiveScorer` is called as the module it is."""
+    additive = isinstance(scorer, SigmoidAdditiveScorer)
+    keys = state["proj_keys"] if additive else None  # (B, S, A)
+    source_bank = SourceBank(state["enc_out"], steps, keys)
+    source = [state["enc_out"]] + ([keys, scorer.energy.weight] if additive else [])
+    enc_out, *energy = SourceShared.apply(source_bank, *source)
+
+    def attend(query: Tensor, run: State) -> tuple[Tensor, Tensor]:
+        if additive:
+            projected = scorer.project_query(query)  # (B', A)
+            limit = scorer.RECOMPUTE_ABOVE
+            scores = EnergyStep.apply(projected, *energy, source_bank, limit)  # (B', S)
+        else:
+            scores = scorer(query, run["proj_keys"])  # (B', S)
+        alpha = masked_softmax(scores, run["src_mask"])  # (B', S)
+        return ContextStep.apply(alpha, enc_out, source_bank), alpha  # (B', H), (B', S)
+
+    return attend
 
 
 def steps_deferred(like: Tensor) -> bool:

@@ -1,25 +1,27 @@
-"""The Bahdanau decoder's steps for training on a CPU, with the gradients of what every step reads
+"""The GRU decoders' steps for training on a CPU, with the gradients of what every step reads
 taken once per batch.
 
 Autograd computes the gradient of a tensor at every step that reads it, and adds it into the sum:
-- the GRU cell's W_ih and W_hh: two (3H, rows) x (rows, in) matmuls a step, and around them the
+- a GRU cell's W_ih and W_hh: two (3H, rows) x (rows, in) matmuls a step, and around them the
   gates as a dozen small nodes whose backward splits and concatenates (rows, 3H) gradients;
 - the encoder outputs, through the context c = alpha^T h: a (rows, S, H) outer product a step;
 - the additive scorer's keys and w_v: (rows, S, A) gradients made and added a step.
 Here a step's cell is one node, `CellStep`, whose backward writes the gates' gradients into the
-batch's `Bank` beside the step's inputs; `CellWeights`' backward, which autograd runs after every
+cell's `Bank` beside the step's inputs; `CellWeights`' backward, which autograd runs after every
 step's, takes each weight's gradient in one (3H, steps x rows) x (steps x rows, in) matmul, and the
 embeddings' in one (steps x rows, 3H) x (3H, E). The embeddings are known before the first step, so
-their share of the input gates, W_ie y + b_ih, is one matmul over all steps too.
+their share of the input gates, W_ie y + b_ih, is one matmul over all steps too. A decoder with two
+cells (the conditional GRU's GRU1, which reads E y_{t-1}, and GRU2, which reads c_t alone) gives
+each its own bank.
 `ContextStep` keeps each step's alpha and dc in a `SourceBank`, and `SourceShared`'s backward takes
 the encoder outputs' gradient as one (B, S, T) x (B, T, H) matmul; `EnergyStep` adds its share of
 the keys' gradient into one (B, S, A) sum in place, and folds the factor w_v, equal for every step,
 in once. The arithmetic is the modules'; tests/unit/models/kernels/test_kernels_rnn.py checks outputs and every gradient
 against them (why:
 docs/results/benchmarks.md#the-decoders-steps-with-gradients-gathered-once-a-batch-on-an-avx2-cpu).
-The decoder that uses them is seq2seq.models.kernels.decoder:
+The decoders that use them are seq2seq.models.kernels.decoder's; Bahdanau's step:
 
-    cell_bank = Bank(rows_per_step, batch, cell, like)
+    cell_bank = Bank(rows_per_step, batch, cell, like, ahead=E)
     embedded, *weights = CellWeights.apply(cell_bank, emb, w_ih, b_ih, w_hh, b_hh)   # once per batch
     source_bank = SourceBank(enc_out, steps, proj_keys)
     enc_out, proj_keys, w_v = SourceShared.apply(source_bank, enc_out, proj_keys, w_v)
@@ -35,16 +37,20 @@ from torch import Tensor, nn
 class Bank:
     """A batch's step inputs and gate gradients, each step's rows at their own offset.
 
-    inputs (M, E + H): [emb; context] of each step; states (M, H): s_{t-1}; grad_ih, grad_hh (M, 3H):
-    the gradients of W_ih x + b_ih and W_hh s + b_hh. M is the rows of all steps together: step t's
-    rows[t] (a prefix of the batch) after those of the steps before. index (M,): each row's place in
-    the batch's (B T) positions, b T + t.
+    A GRU cell's input x is in two parts: the first `ahead` columns are known before the first step
+    (the embedding E y_{t-1}: E; or nothing: 0), the rest only when the step runs (the context c_t,
+    or nothing). inputs (M, in): x of each step; states (M, H): the state it updates; grad_ih,
+    grad_hh (M, 3H): the gradients of W_ih x + b_ih and W_hh s + b_hh. M is the rows of all steps
+    together: step t's rows[t] (a prefix of the batch) after those of the steps before. index (M,):
+    each row's place in the batch's (B T) positions, b T + t.
     """
 
-    def __init__(self, rows: list[int], batch: int, cell: nn.GRUCell, like: Tensor) -> None:
+    def __init__(
+        self, rows: list[int], batch: int, cell: nn.GRUCell, like: Tensor, ahead: int
+    ) -> None:
         H, M = cell.hidden_size, sum(rows)
-        self.batch, self.steps, self.emb_size = batch, len(rows), cell.input_size - H
-        self.inputs = like.new_empty(M, cell.input_size)  # (M, E + H)
+        self.batch, self.steps, self.ahead = batch, len(rows), ahead
+        self.inputs = like.new_empty(M, cell.input_size)  # (M, in)
         self.states = like.new_empty(M, H)  # (M, H)
         self.grad_ih = like.new_empty(M, 3 * H)  # (M, 3H)
         self.grad_hh = like.new_empty(M, 3 * H)  # (M, 3H)
@@ -67,20 +73,24 @@ class Bank:
 
 
 class CellWeights(torch.autograd.Function):
-    """The embeddings' share of every step's input gates, W_ie y + b_ih, in one matmul, and the
-    cell's weights as the steps see them; backward gives the embeddings' and the weights' gradients
-    over all steps.
+    """The known share of every step's input gates, W_ie y + b_ih, in one matmul, and the cell's
+    weights as the steps see them; backward gives the embeddings' and the weights' gradients over
+    all steps.
 
-    Args: emb (B, T, E) of y_0..y_{T-1}, w_ih (3H, E + H), b_ih, w_hh, b_hh. Returns W_ie y + b_ih in
-    the bank's rows (M, 3H), which has no gradient of its own, then w_ih, w_hh and b_hh.
+    Args: emb (B, T, E) of y_0..y_{T-1}, or None for a cell whose input is all the step's (the bank's
+    `ahead` 0: the gates' known share is b_ih alone); w_ih (3H, in), b_ih, w_hh, b_hh. Returns the
+    known share in the bank's rows (M, 3H), which has no gradient of its own, then w_ih, w_hh and b_hh.
     """
 
     @staticmethod
-    def forward(ctx, bank: Bank, emb: Tensor, w_ih, b_ih, w_hh, b_hh) -> tuple[Tensor, ...]:  # noqa: PLR0913
-        E = bank.emb_size
-        embs = bank.inputs[:, :E]  # (M, E)
-        embs.copy_(emb.reshape(-1, E)[bank.index])  # each step's rows of emb
-        gates = torch.addmm(b_ih, embs, w_ih[:, :E].t())  # (M, 3H)
+    def forward(ctx, bank: Bank, emb: Tensor | None, w_ih, b_ih, w_hh, b_hh) -> tuple[Tensor, ...]:  # noqa: PLR0913
+        E, M = bank.ahead, bank.inputs.size(0)
+        if E:
+            embs = bank.inputs[:, :E]  # (M, E)
+            embs.copy_(emb.reshape(-1, E)[bank.index])  # each step's rows of emb
+            gates = torch.addmm(b_ih, embs, w_ih[:, :E].t())  # (M, 3H)
+        else:
+            gates = b_ih.expand(M, -1)  # (M, 3H): a view, every row b_ih
         ctx.mark_non_differentiable(gates)
         ctx.set_materialize_grads(False)  # the steps give these outputs no gradient
         ctx.save_for_backward(w_ih)
@@ -92,15 +102,18 @@ class CellWeights(torch.autograd.Function):
         bank, used = ctx.bank, ctx.bank.written
         if not used:  # no step reached the loss
             return None, None, None, None, None, None
-        (w_ih,) = ctx.saved_tensors  # (3H, E + H)
-        B, T, E = bank.batch, bank.steps, bank.emb_size
+        (w_ih,) = ctx.saved_tensors  # (3H, in)
+        B, T, E = bank.batch, bank.steps, bank.ahead
         grad_ih, grad_hh = bank.grad_ih[:used], bank.grad_hh[:used]  # (M, 3H)
-        grad_emb = grad_ih.new_zeros(B * T, E)  # (B T, E): zero where no step reached the loss
-        grad_emb.index_copy_(0, bank.index[:used], grad_ih @ w_ih[:, :E])
+        grad_emb = None
+        if E:
+            grad_emb = grad_ih.new_zeros(B * T, E)  # (B T, E): zero where no step reached the loss
+            grad_emb.index_copy_(0, bank.index[:used], grad_ih @ w_ih[:, :E])
+            grad_emb = grad_emb.view(B, T, E)
         return (
             None,
-            grad_emb.view(B, T, E),
-            grad_ih.t() @ bank.inputs[:used],  # W_ih (3H, E + H)
+            grad_emb,
+            grad_ih.t() @ bank.inputs[:used],  # W_ih (3H, in)
             grad_ih.sum(0),  # b_ih (3H,)
             grad_hh.t() @ bank.states[:used],  # W_hh (3H, H)
             grad_hh.sum(0),  # b_hh (3H,)
@@ -108,19 +121,23 @@ class CellWeights(torch.autograd.Function):
 
 
 class CellStep(torch.autograd.Function):
-    """nn.GRUCell's s_t from [emb; context] and s_{t-1}, the weights from `CellWeights`.
+    """nn.GRUCell's s_t from x = [known; late] and s_{t-1}, the weights from `CellWeights`.
 
     r = sigmoid(W_ir x + b_ir + W_hr s + b_hr), z likewise, n = tanh(W_in x + b_in + r (W_hn s + b_hn)),
-    s_t = n + z (s - n). Args: embedded (B, 3H), the step's rows of `CellWeights`' W_ie y + b_ih;
-    context (B, H); prev (B, H). Returns s_t (B, H).
+    s_t = n + z (s - n). Args: known (B, 3H), the step's rows of `CellWeights`' first output; late
+    (B, in - ahead), the input's part the step computed (the context), or None when it has none;
+    prev (B, H). Returns s_t (B, H).
     """
 
     @staticmethod
-    def forward(ctx, embedded, context, prev, w_ih, w_hh, b_hh, bank: Bank) -> Tensor:  # noqa: PLR0913
-        rows, E = bank.take(prev.size(0)), bank.emb_size
-        bank.inputs[rows, E:] = context
+    def forward(ctx, known, late, prev, w_ih, w_hh, b_hh, bank: Bank) -> Tensor:  # noqa: PLR0913
+        rows, E = bank.take(prev.size(0)), bank.ahead
         bank.states[rows] = prev
-        gi = torch.addmm(embedded, context, w_ih[:, E:].t())  # (B, 3H)
+        if late is None:
+            gi = known.clone()  # (B, 3H): changed in place below
+        else:
+            bank.inputs[rows, E:] = late
+            gi = torch.addmm(known, late, w_ih[:, E:].t())  # (B, 3H)
         gh = torch.addmm(b_hh, prev, w_hh.t())  # (B, 3H)
         i_r, i_z, i_n = gi.chunk(3, 1)
         h_r, h_z, h_n = gh.chunk(3, 1)
@@ -128,7 +145,7 @@ class CellStep(torch.autograd.Function):
         z = i_z.add_(h_z).sigmoid_()  # (B, H)
         n = torch.addcmul(i_n, r, h_n).tanh_()  # (B, H)
         ctx.save_for_backward(prev, r, z, n, h_n, w_ih, w_hh)
-        ctx.bank, ctx.rows = bank, rows
+        ctx.bank, ctx.rows, ctx.late = bank, rows, late is not None
         return torch.addcmul(n, z, prev - n)  # (B, H)
 
     @staticmethod
@@ -147,9 +164,10 @@ class CellStep(torch.autograd.Function):
         torch.mul(d_n, h_n, out=d_r).mul_(r * (1 - r))
         grad_hh[:, : 2 * H] = grad_ih[:, : 2 * H]  # r and z enter both sums alike
         torch.mul(d_n, r, out=grad_hh[:, 2 * H :])  # n: r (W_hn s + b_hn)
-        grad_context = grad_ih @ w_ih[:, bank.emb_size :]  # (B, H); the embeddings' in CellWeights
+        # The late input's (B, in - ahead); the known part's is taken in CellWeights.
+        grad_late = grad_ih @ w_ih[:, bank.ahead :] if ctx.late else None
         grad_prev = torch.addmm(grad * z, grad_hh, w_hh)  # (B, H): direct and through W_hh
-        return None, grad_context, grad_prev, None, None, None, None
+        return None, grad_late, grad_prev, None, None, None, None
 
 
 class SourceBank:

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from seq2seq.models.attention import SCORERS, lengths_to_mask, masked_softmax
-from seq2seq.models.kernels import accelerate, decoder
+from seq2seq.models.kernels import accelerate
+from seq2seq.models.kernels import decoder as kernel_decoder
 from seq2seq.models.kernels.decoder import DeferredBahdanauDecoder, Fp32RecurrenceRNN
-from seq2seq.models.rnn import RNNSeq2Seq
+from seq2seq.models.rnn import DECODERS, RNNSeq2Seq
 
 
 def tiny_model(score: str = "additive", **kwargs) -> RNNSeq2Seq:
@@ -30,11 +31,12 @@ def tiny_batch() -> tuple[torch.Tensor, ...]:
     return src, src_lens, src_mask, tgt_in
 
 
+@pytest.mark.parametrize("decoder", DECODERS)
 @pytest.mark.parametrize("score", SCORERS)
 def test_rows_stop_stepping_when_their_target_ends_and_nothing_real_changes(
-    score: str, monkeypatch: pytest.MonkeyPatch
+    score: str, decoder: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    plain = tiny_model(score)
+    plain = tiny_model(score, decoder=decoder)
     model = accelerate(copy.deepcopy(plain))
     src, src_lens, src_mask = tiny_batch()[:3]
     tgt_mask = lengths_to_mask(torch.tensor([6, 4, 1]), 6)  # longest first, as collate orders rows
@@ -71,22 +73,25 @@ def test_rows_stop_stepping_when_their_target_ends_and_nothing_real_changes(
         torch.testing.assert_close(got, truth)
 
 
+@pytest.mark.parametrize("decoder", DECODERS)
 @pytest.mark.parametrize("score", SCORERS)
 @pytest.mark.parametrize("ordered", [True, False])
 @pytest.mark.parametrize("attention_only", [False, True])
 def test_training_steps_equal_the_modules_in_outputs_and_gradients(
-    score: str, ordered: bool, attention_only: bool, monkeypatch: pytest.MonkeyPatch
+    score: str, decoder: str, ordered: bool, attention_only: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On a CPU with gradients the steps run through seq2seq.models.kernels.deferred; nn.GRUCell and the
     scorer's module are the truth. A loss of the attention alone (guided alignment's) leaves the
-    last step's state out of it."""
-    model = accelerate(tiny_model(score)).train()  # dropout 0: both paths draw nothing
+    last step's state out of it (and with `cgru`, the last step's GRU2)."""
+    model = accelerate(tiny_model(score, decoder=decoder)).train()  # dropout 0: both draw nothing
     src, src_lens, src_mask = tiny_batch()[:3]
     tgt_lens = torch.tensor([6, 4, 1] if ordered else [4, 6, 1])  # rows that end early, or not
     tgt_mask = lengths_to_mask(tgt_lens, 6)  # (B, T)
     tgt_in = torch.randint(4, 30, (3, 6)).masked_fill(~tgt_mask, 0)
     calls: list[int] = []
-    model.decoder.cell.register_forward_hook(lambda module, args, out: calls.append(len(out)))
+    for cell in model.decoder.modules():
+        if isinstance(cell, torch.nn.GRUCell):  # Bahdanau's one, cgru's two
+            cell.register_forward_hook(lambda module, args, out: calls.append(len(out)))
     results = []
     # Deterministic mode fills what torch.empty returns with NaN: a gradient that reads memory no
     # step wrote shows.
@@ -96,7 +101,7 @@ def test_training_steps_equal_the_modules_in_outputs_and_gradients(
     try:
         for deferred in (True, False):
             if not deferred:  # every step through nn.GRUCell, as on a GPU
-                monkeypatch.setattr(decoder, "steps_deferred", lambda like: False)
+                monkeypatch.setattr(kernel_decoder, "steps_deferred", lambda like: False)
             model.zero_grad()
             state = model.encode(src, src_lens, src_mask)
             features, weights = model.decode(state, tgt_in)  # (B, T, E), (B, T, S)
@@ -115,6 +120,8 @@ def test_training_steps_equal_the_modules_in_outputs_and_gradients(
     torch.testing.assert_close(our_weights, true_weights)
     assert our_grads.keys() == true_grads.keys()
     assert {"decoder.cell.weight_ih", "decoder.cell.bias_hh"} <= our_grads.keys()
+    if decoder == "cgru":
+        assert {"decoder.query_cell.weight_ih", "decoder.query_cell.bias_ih"} <= our_grads.keys()
     for name, want in true_grads.items():
         torch.testing.assert_close(our_grads[name], want, msg=name)
 
