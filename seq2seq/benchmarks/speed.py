@@ -9,6 +9,11 @@ on the validation sources. Last, the whole run those figures imply for train.py'
 validations, checkpoints, preparation and scoring, each phase timed once here: wholerun.py), a row per
 path beside its per-update figure. Memory and the heatmap callback: scripts/benchmark_memory.py.
 
+Two baselines: `reference` writes the `bahdanau` GRU's loss out step by step (reference.py) on
+fixed-size random batches, the textbook path; `plain` trains the model as seq2seq.models writes it,
+no kernel plugged in, on the fast path's batches, for any model and decoder: fast against plain is
+what seq2seq.models.kernels buy.
+
 The header names the CPU (its model, `torch.backends.cpu.get_cpu_capability()`, and whether oneDNN
 has native bf16). On a CPU without native bf16, autocast emulates bf16 arithmetic and is far slower
 than fp32, so the bf16 path is skipped there (a row says why) unless `--force-bf16`. One line per
@@ -77,7 +82,8 @@ def compiled(model: nn.Module) -> nn.Module:
 
 
 def textbook(model: nn.Module) -> nn.Module:
-    """The model as seq2seq.models writes it, no kernels: what `reference_loss` specifies."""
+    """The model as seq2seq.models writes it, no kernels: what `reference_loss` specifies, and what
+    the `plain` path trains on the fast path's batches (fast against plain: what the kernels buy)."""
     return model
 
 
@@ -99,12 +105,13 @@ PATHS = {  # one row of the table each; the reference is ~4x slower per update
     "bf16": Recipe(batch_loss, bf16=True),
     "compiled": Recipe(batch_loss, prepare=compiled, compiles=True),
     "compiled-bf16": Recipe(batch_loss, bf16=True, prepare=compiled, compiles=True),
+    "plain": Recipe(batch_loss, share=0.5, prepare=textbook),  # no kernels; any model, any decoder
     "reference": Recipe(reference_loss, share=0.25, textbook=True, prepare=textbook),
 }
 
 
 COLUMNS = [("tokens/s", "tokens_per_sec", 0), ("vs reference", "vs_reference", 2, "x"),  # header,
-           ("% of matmul", "matmul_pct", 0), ("s/update", "sec_per_update", 3),  # figure, decimals,
+           ("vs plain", "vs_plain", 2, "x"), ("% of matmul", "matmul_pct", 0), ("s/update", "sec_per_update", 3),  # figure, decimals,
            ("warm-up s", "warmup_sec", 1), ("peak GPU MB", "peak_gpu_mb", 0)]  # suffix  # fmt: skip
 
 
@@ -225,13 +232,14 @@ def figures(name: str, rounds: list[dict]) -> dict:
     of = "bf16" if PATHS[name].bf16 and "bf16" in rounds[0]["matmul"] else "fp32"
     med = lambda f: statistics.median(map(f, rounds))  # noqa: E731
     speed = lambda r, k=name: r[k]["tokens"] / r[k]["sec"]  # noqa: E731
-    ref = "reference" in rounds[0]
+    ref, plain = "reference" in rounds[0], "plain" in rounds[0]
     return {
         "tokens_per_sec": med(speed),
         "sec_per_update": med(lambda r: r[name]["sec"] / r[name]["steps"]),
         "matmul_pct": med(lambda r: r[name]["flops"] / r[name]["sec"] / 1e7 / r["matmul"][of]),
         "peak_gpu_mb": max(r[name].get("peak_gpu_mb", 0) for r in rounds) or None,
         "vs_reference": med(lambda r: speed(r) / speed(r, "reference")) if ref else None,
+        "vs_plain": med(lambda r: speed(r) / speed(r, "plain")) if plain else None,
     }
 
 

@@ -21,12 +21,13 @@ def test_quick_benchmark_writes_every_figure(tiny_corpus, tmp_path, monkeypatch,
             "--json", str(out), "--force-bf16", "--paths", *eager]  # bf16 on any CPU  # fmt: skip
     assert benchmark.main(argv) == 0
     result = json.loads(out.read_text())
-    assert list(result["paths"]) == eager == ["fast", "bf16", "reference"]
+    assert list(result["paths"]) == eager == ["fast", "bf16", "plain", "reference"]
     for name, figures in result["paths"].items():
         for key in ("tokens_per_sec", "sec_per_update", "matmul_pct", "warmup_sec"):
             assert figures[key] > 0, (name, key)
         assert figures["peak_gpu_mb"] is None  # CPU: no GPU column
     assert result["paths"]["reference"]["vs_reference"] == 1.0
+    assert result["paths"]["plain"]["vs_plain"] == 1.0  # the model with no kernel plugged in
     assert result["mflop_per_token"] > 0 and result["matmul"]["fp32"] > 0
     assert len(result["rounds"]) == 3 and result["device"] == "cpu"
     decode = result["decode"]
@@ -34,14 +35,19 @@ def test_quick_benchmark_writes_every_figure(tiny_corpus, tmp_path, monkeypatch,
     assert decode["greedy_sent_per_sec"] > 0 and decode["beam5_sent_per_sec"] > 0
     printed = capsys.readouterr()
     table = printed.out
-    assert "vs reference" in table and "beam-5" in table and "peak GPU" not in table
+    assert (
+        "vs reference" in table
+        and "vs plain" in table
+        and "beam-5" in table
+        and "peak GPU" not in table
+    )
     # Decoding is timed before any path's windows, as in a process that only translates.
     assert printed.err.index("decoding 20 validation") < printed.err.index("round 1/3")
-    # header, cpu, column heads, 3 paths, 2 lines; the whole run's line and a row per trained path
-    assert table.count("\n") == 1 + 1 + 1 + 3 + 2 + 1 + 2
+    # header, cpu, column heads, 4 paths, 2 lines; the whole run's line and a row per trained path
+    assert table.count("\n") == 1 + 1 + 1 + 4 + 2 + 1 + 3
     # The whole run: each phase timed once in this process, counted as often as the run does it.
     whole = result["whole_run"]
-    assert list(whole["paths"]) == ["fast", "bf16"]  # the reference trains no run
+    assert list(whole["paths"]) == ["fast", "bf16", "plain"]  # the reference trains no run
     shape = whole["shape"]
     assert shape["updates"] == shape["updates_per_epoch"] * 30 and shape["validations"] == 30
     assert shape["val_sentences"] == 20 and shape["test_sentences"] == 20
@@ -80,7 +86,8 @@ def test_quick_benchmark_writes_every_figure(tiny_corpus, tmp_path, monkeypatch,
     written["skipped"] = {"bf16": "skipped: no native bf16"}
     del written["paths"]["bf16"]
     ax = plot_benchmarks.speed_figure(written).axes[0]
-    assert len(ax.patches) == 2 and [t.get_text() for t in ax.get_xticklabels()][-1] == "bf16"
+    assert len(ax.patches) == len(written["paths"]) == 3
+    assert [t.get_text() for t in ax.get_xticklabels()][-1] == "bf16"
 
 
 def test_quick_memory_benchmark_reports_probes_runs_and_heatmaps(

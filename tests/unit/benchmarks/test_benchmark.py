@@ -147,7 +147,7 @@ def test_bf16_path_is_skipped_on_a_cpu_without_native_bf16() -> None:
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
     without, native = {"native_bf16": False, "capability": "AVX2"}, {"native_bf16": True}
     names, skipped = benchmark.path_names(cpu, without, force_bf16=False)
-    assert names == ["fast", "compiled", "reference"]
+    assert names == ["fast", "compiled", "plain", "reference"]
     assert list(skipped) == ["bf16", "compiled-bf16"]
     assert "no native bf16" in skipped["bf16"] and "AVX2" in skipped["bf16"]
     for device, cpu_info, force in (
@@ -164,7 +164,7 @@ def test_memory_benchmark_skips_bf16_like_benchmark_py_on_a_cpu_without_it() -> 
     without, native = {"native_bf16": False, "capability": "AVX2"}, {"native_bf16": True}
     asked = ["32-true", "bf16-mixed"]
     names, precisions, skipped = benchmark_memory.plan(benchmark, cpu, without, asked, False)
-    assert names == ["fast", "compiled", "reference"] and precisions == ["32-true"]
+    assert names == ["fast", "compiled", "plain", "reference"] and precisions == ["32-true"]
     assert (
         list(skipped) == ["bf16", "compiled-bf16", "bf16-mixed"] and "AVX2" in skipped["bf16-mixed"]
     )
