@@ -184,11 +184,20 @@ def cli_message(err: Exception) -> str:
 
 def use_threads(threads: int | None) -> None:
     """Give torch the `--threads` a command was handed (None: torch's own choice); below 1 is a
-    UserError naming the flag, before any work."""
+    UserError naming the flag, before any work; more than the cores this process may use is taken,
+    with a warning on stderr (torch's threads then wait on each other: slower, not faster)."""
     if threads is None:
         return
     if threads < 1:
         raise UserError(f"--threads {threads}: must be at least 1")
     import torch  # here, not at the top: --help and the commands without torch stay light
 
+    from seq2seq.machine import cores
+
+    if threads > cores():
+        print(
+            f"warning: --threads {threads} is more than the {cores()} cores this process may use: "
+            "its threads will wait on each other, slower than with fewer",
+            file=sys.stderr,
+        )
     torch.set_num_threads(threads)

@@ -84,6 +84,26 @@ def test_fit_foresight_refuses_bad_flags_in_one_line(
     assert not Path("x.ckpt").exists()
 
 
+def test_more_threads_than_cores_are_taken_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """`--threads` (fit-foresight's, readings_report's) past the cores this process may use: torch
+    gets them, and stderr says they will wait on each other; up to the cores, nothing is said."""
+    from seq2seq import cli, machine
+
+    monkeypatch.setattr(machine, "cores", lambda: 2)
+    before = torch.get_num_threads()
+    try:
+        cli.use_threads(2)
+        assert capsys.readouterr().err == "" and torch.get_num_threads() == 2
+        cli.use_threads(3)
+        err = capsys.readouterr().err.splitlines()
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+    assert len(err) == 1 and err[0].startswith("warning: --threads 3 is more than the 2 cores"), err
+
+
 def test_fit_foresight_refuses_an_out_it_would_lose_the_fit_on_before_fitting(
     premove_checkpoint: Path, run_folder: Path, capsys: pytest.CaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
