@@ -194,9 +194,10 @@ def use_threads(threads: int | None) -> None:
 
     from seq2seq.machine import cores
 
-    if threads > cores():
+    usable = cores()
+    if threads > usable:
         print(
-            f"warning: --threads {threads} is more than the {cores()} cores this process may use: "
+            f"warning: --threads {threads} is more than the {usable} cores this process may use: "
             "its threads will wait on each other, slower than with fewer",
             file=sys.stderr,
         )

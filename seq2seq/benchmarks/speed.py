@@ -111,8 +111,9 @@ PATHS = {  # one row of the table each; the reference is ~4x slower per update
 
 
 COLUMNS = [("tokens/s", "tokens_per_sec", 0), ("vs reference", "vs_reference", 2, "x"),  # header,
-           ("vs plain", "vs_plain", 2, "x"), ("% of matmul", "matmul_pct", 0), ("s/update", "sec_per_update", 3),  # figure, decimals,
-           ("warm-up s", "warmup_sec", 1), ("peak GPU MB", "peak_gpu_mb", 0)]  # suffix  # fmt: skip
+           ("vs plain", "vs_plain", 2, "x"), ("% of matmul", "matmul_pct", 0),  # figure, decimals,
+           ("s/update", "sec_per_update", 3), ("warm-up s", "warmup_sec", 1),  # suffix
+           ("peak GPU MB", "peak_gpu_mb", 0)]  # fmt: skip
 
 
 def path_names(

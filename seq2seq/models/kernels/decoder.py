@@ -143,9 +143,9 @@ def deferred_cell(
     """A cell's steps over one batch, their weights' gradients gathered (seq2seq.models.kernels.deferred).
 
     emb (B, T, E): the part of the cell's input known before the first step (E y_{t-1}), or None
-    when the whole input comes from the step. Returns `update(known, late, prev) -> s` (known: the
-    step's rows of the second output; late: the rest of the input, or None) and the input gates'
-    known share, W_ie y + b_ih (or b_ih), for every step's rows (M, 3H).
+    when the whole input comes from the step. Returns `update(known, late, prev) -> s` and the input
+    gates' known share, W_ie y + b_ih (or b_ih), for every step's rows (M, 3H): `update` takes the
+    step's rows of that share as `known`, the rest of the input as `late` (or None) and s_{t-1}.
     """
     bank = Bank(rows, batch, cell, cell.weight_ih, 0 if emb is None else emb.size(-1))
     known, *weights = CellWeights.apply(
